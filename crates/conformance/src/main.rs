@@ -1,0 +1,102 @@
+//! `conformance --backend NAME --cases DIR [--cases DIR ...]`
+//!
+//! Runs every case file of the directories on one backend and prints one tab-separated line per
+//! case: `case  NAME  pass|FAIL|pending  MAX_ERROR  DETAIL`, after a first line
+//! `backend  NAME  ready|FAIL  DETAIL`. A backend that cannot start is reported, not skipped, and
+//! the exit code is 2; otherwise 0 (the caller judges the lines).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use burn::tensor::{Device, Tensor};
+use conformance::{Case, Outcome, backends, run_case};
+
+fn main() -> ExitCode {
+    let (backend, dirs) = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}\nusage: conformance --backend NAME --cases DIR [--cases DIR ...]");
+            return ExitCode::from(64);
+        }
+    };
+    // Panics are reported in the case's line; the default hook would print them a second time.
+    std::panic::set_hook(Box::new(|_| {}));
+    let device = match start(&backend) {
+        Ok(device) => device,
+        Err(reason) => {
+            println!("backend\t{backend}\tFAIL\t{}", one_line(&reason));
+            return ExitCode::from(2);
+        }
+    };
+    println!("backend\t{backend}\tready\t{device:?}");
+    for dir in &dirs {
+        let files = match Case::files_in(dir) {
+            Ok(files) => files,
+            Err(message) => {
+                println!("case\t{}\tFAIL\t-\t{}", dir.display(), one_line(&message));
+                continue;
+            }
+        };
+        for path in files {
+            let (name, outcome) = match Case::load(&path) {
+                Ok(case) => {
+                    let outcome = catch_unwind(AssertUnwindSafe(|| run_case(&case, &device)))
+                        .unwrap_or_else(|panic| Outcome::Fail(format!("panicked: {}", panic_message(&panic))));
+                    (case.name, outcome)
+                }
+                Err(message) => (path.display().to_string(), Outcome::Fail(message)),
+            };
+            let (status, max_error, detail) = match outcome {
+                Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
+                Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
+                Outcome::Pending(detail) => ("pending", "-".into(), detail),
+            };
+            println!("case\t{name}\t{status}\t{max_error}\t{}", one_line(&detail));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn parse_args() -> Result<(String, Vec<PathBuf>), String> {
+    let mut backend = None;
+    let mut dirs = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--backend" => backend = Some(args.next().ok_or("--backend needs a name")?),
+            "--cases" => dirs.push(PathBuf::from(args.next().ok_or("--cases needs a directory")?)),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let backend = backend.ok_or("--backend is required")?;
+    if dirs.is_empty() {
+        return Err("at least one --cases directory is required".into());
+    }
+    Ok((backend, dirs))
+}
+
+/// Builds the device and proves it computes: `sum([1, 2]) = 3`.
+fn start(backend: &str) -> Result<Device, String> {
+    let device = backends::device(backend)?;
+    let sum = catch_unwind(AssertUnwindSafe(|| {
+        Tensor::<1>::from_floats([1.0, 2.0], &device).sum().into_scalar::<f32>()
+    }))
+    .map_err(|panic| format!("could not start: {}", panic_message(&panic)))?;
+    if sum != 3.0 {
+        return Err(format!("could not start: sum([1, 2]) gave {sum}"));
+    }
+    Ok(device)
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+fn one_line(text: &str) -> String {
+    text.replace(['\n', '\t'], " ")
+}

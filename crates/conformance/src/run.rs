@@ -1,0 +1,282 @@
+//! Runs one case on one device and compares every expected field.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use positional::{
+    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout, RopeScaling, RotaryEncodingConfig,
+    SinusoidalEncodingConfig, SinusoidalLayout,
+};
+use serde_json::{Map, Value};
+
+use crate::case::{Case, CaseTensor};
+
+/// How one case went on one backend.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every expected field is within tolerance (or the expected error came).
+    Pass {
+        /// The largest `|got - want|` over every compared value.
+        max_error: f64,
+    },
+    /// A field is out of tolerance, the module failed, or the case could not be read.
+    Fail(String),
+    /// The kind belongs to a crate that does not exist yet.
+    Pending(String),
+}
+
+/// Why a run stopped before comparing.
+enum Stop {
+    /// The crate returned its error: right for `expect_error` cases, a failure otherwise.
+    Crate(PositionalError),
+    /// The case file is not what the schema says.
+    Case(String),
+}
+
+impl From<PositionalError> for Stop {
+    fn from(error: PositionalError) -> Self {
+        Self::Crate(error)
+    }
+}
+
+impl From<String> for Stop {
+    fn from(message: String) -> Self {
+        Self::Case(message)
+    }
+}
+
+/// Runs `case` on `device` (autodiff is enabled on it where gradients are expected).
+pub fn run_case(case: &Case, device: &Device) -> Outcome {
+    if case.json.get("schema").and_then(Value::as_u64) != Some(1) {
+        return Outcome::Fail(format!("unknown schema {:?}", case.json.get("schema")));
+    }
+    let mut checker = Checker::new(case);
+    let result = match case.kind() {
+        "sinusoidal" => run_sinusoidal(case, device, &mut checker),
+        "learned" => run_learned(case, device, &mut checker),
+        "rope" => run_rope(case, device, &mut checker),
+        "alibi" => run_alibi(case, device, &mut checker),
+        "attention" => return Outcome::Pending("the attention crate is not built yet".into()),
+        other => return Outcome::Fail(format!("unknown kind {other:?}")),
+    };
+    match (result, case.expect_error()) {
+        (Ok(()), true) => Outcome::Fail("expected an error, got outputs".into()),
+        (Ok(()), false) => checker.finish(),
+        (Err(Stop::Crate(_)), true) => Outcome::Pass { max_error: 0.0 },
+        (Err(Stop::Crate(error)), false) => Outcome::Fail(format!("error: {error}")),
+        (Err(Stop::Case(message)), _) => Outcome::Fail(format!("case file: {message}")),
+    }
+}
+
+/// Compares outputs with `expected`, remembering which fields it saw.
+struct Checker<'a> {
+    case: &'a Case,
+    expected: Map<String, Value>,
+    compared: BTreeMap<String, ()>,
+    max_error: f64,
+    failures: Vec<String>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(case: &'a Case) -> Self {
+        Self {
+            case,
+            expected: case.expected(),
+            compared: BTreeMap::new(),
+            max_error: 0.0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn tensor(&mut self, field: &str, got: TensorData) {
+        let Some(want) = self.expected.get(field) else { return };
+        self.compared.insert(field.into(), ());
+        let want = match crate::case::tensor(want) {
+            Ok(want) => want,
+            Err(e) => return self.failures.push(format!("expected `{field}`: {e}")),
+        };
+        let shape = got.shape().to_vec();
+        if shape != want.shape {
+            return self.failures.push(format!("`{field}` has shape {shape:?}, expected {:?}", want.shape));
+        }
+        let got: Vec<f64> = got.convert::<f64>().try_to_vec::<f64>().expect("float data");
+        self.values(field, &got, &want.data);
+    }
+
+    fn scalar(&mut self, field: &str, got: f64) {
+        let Some(want) = self.expected.get(field) else { return };
+        self.compared.insert(field.into(), ());
+        match want.as_f64() {
+            Some(want) => self.values(field, &[got], &[want]),
+            None => self.failures.push(format!("expected `{field}` is not a number")),
+        }
+    }
+
+    fn values(&mut self, field: &str, got: &[f64], want: &[f64]) {
+        let tolerance = self.case.tolerance(field);
+        let mut worst: Option<(usize, f64, f64)> = None;
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            let error = (g - w).abs();
+            let allowed = tolerance.atol + tolerance.rtol * w.abs();
+            if !error.is_nan() {
+                self.max_error = self.max_error.max(error);
+            }
+            let excess = if error.is_nan() { f64::INFINITY } else { error / allowed.max(f64::MIN_POSITIVE) };
+            if !(error <= allowed) && worst.is_none_or(|(_, e, _)| excess > e) {
+                worst = Some((i, excess, error));
+            }
+        }
+        if let Some((i, _, error)) = worst {
+            self.failures.push(format!(
+                "`{field}`[{i}] = {} vs {} (|err| {error:.3e}, allowed {:.1e} + {:.1e}*|want|)",
+                got[i], want[i], tolerance.atol, tolerance.rtol
+            ));
+        }
+    }
+
+    fn finish(self) -> Outcome {
+        let mut failures = self.failures;
+        for field in self.expected.keys() {
+            if !self.compared.contains_key(field) {
+                failures.push(format!("expected field `{field}` is not produced by this kind"));
+            }
+        }
+        if failures.is_empty() {
+            Outcome::Pass {
+                max_error: self.max_error,
+            }
+        } else {
+            Outcome::Fail(failures.join("; "))
+        }
+    }
+}
+
+fn float<const D: usize>(tensor: &CaseTensor, device: &Device) -> Result<Tensor<D>, String> {
+    if tensor.shape.len() != D {
+        return Err(format!("rank {} where {D} was expected", tensor.shape.len()));
+    }
+    let data: Vec<f32> = tensor.data.iter().map(|v| *v as f32).collect();
+    Ok(Tensor::from_data(TensorData::new(data, tensor.shape.clone()), device))
+}
+
+fn int<const D: usize>(tensor: &CaseTensor, device: &Device) -> Result<Tensor<D, Int>, String> {
+    if tensor.shape.len() != D {
+        return Err(format!("rank {} where {D} was expected", tensor.shape.len()));
+    }
+    let data: Vec<i64> = tensor.data.iter().map(|v| *v as i64).collect();
+    Ok(Tensor::from_data(TensorData::new(data, tensor.shape.clone()), device))
+}
+
+fn config_usize(config: &Map<String, Value>, field: &str) -> Result<usize, String> {
+    config
+        .get(field)
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .ok_or_else(|| format!("config `{field}` must be a non-negative integer"))
+}
+
+fn config_f64(config: &Map<String, Value>, field: &str, default: f64) -> Result<f64, String> {
+    match config.get(field) {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => value.as_f64().ok_or_else(|| format!("config `{field}` must be a number")),
+    }
+}
+
+fn config_str<'c>(config: &'c Map<String, Value>, field: &str) -> Result<&'c str, String> {
+    config
+        .get(field)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("config `{field}` must be a string"))
+}
+
+fn run_sinusoidal(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let layout = match config_str(config, "layout")? {
+        "interleaved" => SinusoidalLayout::Interleaved,
+        "tensor2tensor" => SinusoidalLayout::Tensor2Tensor,
+        other => return Err(Stop::Case(format!("unknown sinusoidal layout {other:?}"))),
+    };
+    let encoding = SinusoidalEncodingConfig::new(config_usize(config, "d_model")?)
+        .with_max_timescale(config_f64(config, "base", 10_000.0)?)
+        .with_layout(layout)
+        .try_init(device)?;
+    let x = float::<3>(&case.tensor("x")?, device)?;
+    let offset = case.usize("offset")?;
+    let seq = x.dims()[1];
+    let y = encoding.try_forward(x, offset)?;
+    check.tensor("table", encoding.table(offset..offset + seq).into_data());
+    check.tensor("y", y.into_data());
+    Ok(())
+}
+
+fn run_learned(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let embedding = LearnedPositionalEmbeddingConfig::new(config_usize(config, "max_len")?, config_usize(config, "d_model")?)
+        .try_init_with_weight(float::<2>(&case.tensor("weight")?, device)?)?;
+    let y = embedding.try_forward(float::<3>(&case.tensor("x")?, device)?, case.usize("offset")?)?;
+    check.tensor("y", y.into_data());
+    Ok(())
+}
+
+fn rope_config(config: &Map<String, Value>) -> Result<RotaryEncodingConfig, Stop> {
+    let head_dim = config_usize(config, "head_dim")?;
+    let layout = match config_str(config, "layout")? {
+        "half" => RopeLayout::Half,
+        "interleaved" => RopeLayout::Interleaved,
+        other => return Err(Stop::Case(format!("unknown rope layout {other:?}"))),
+    };
+    // generate.py's default when a case gives none.
+    let max_position_embeddings = match config.get("max_position_embeddings") {
+        None | Some(Value::Null) => 2048,
+        Some(_) => config_usize(config, "max_position_embeddings")?,
+    };
+    let scaling = RopeScaling::from_huggingface(config.get("scaling").unwrap_or(&Value::Null), max_position_embeddings)?;
+    let rotary_dim = match config.get("rotary_dim") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(config_usize(config, "rotary_dim")?),
+    };
+    let config = RotaryEncodingConfig::new(head_dim)
+        .with_rotary_dim(rotary_dim)
+        .with_theta(config_f64(config, "base", 10_000.0)?)
+        .with_layout(layout)
+        .with_max_position_embeddings(max_position_embeddings)
+        .with_scaling(scaling);
+    config.validate()?;
+    Ok(config)
+}
+
+fn run_rope(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = rope_config(case.config())?;
+    let device = device.clone().autodiff();
+    let rope = config.try_init(&device)?;
+    let q = float::<4>(&case.tensor("q")?, &device)?.require_grad();
+    let k = float::<4>(&case.tensor("k")?, &device)?.require_grad();
+    let positions = case.tensor("positions")?;
+    let (q_out, k_out) = rope.try_forward_at(q.clone(), k.clone(), int::<1>(&positions, &device)?)?;
+    let running_length = positions.data.iter().fold(0.0f64, |a, b| a.max(*b)) as usize + 1;
+    let frequencies = rope.frequencies(running_length);
+    check.tensor("q", q_out.to_data());
+    check.tensor("k", k_out.to_data());
+    let inv_freq = frequencies.inv_freq.len();
+    check.tensor("inv_freq", TensorData::new(frequencies.inv_freq, [inv_freq]));
+    check.scalar("attention_scaling", frequencies.attention_scaling);
+    if let (Some(grad_q_out), Some(grad_k_out)) = (case.optional_tensor("grad_q_out")?, case.optional_tensor("grad_k_out")?) {
+        let loss = (q_out * float::<4>(&grad_q_out, &device)?).sum() + (k_out * float::<4>(&grad_k_out, &device)?).sum();
+        let grads = loss.backward();
+        let missing = || Stop::Case("no gradient reached the input".into());
+        check.tensor("grad_q", q.grad(&grads).ok_or_else(missing)?.into_data());
+        check.tensor("grad_k", k.grad(&grads).ok_or_else(missing)?.into_data());
+    }
+    Ok(())
+}
+
+fn run_alibi(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let alibi = AlibiConfig::new(config_usize(config, "num_heads")?)
+        .with_max_bias(config_f64(config, "max_bias", 8.0)?)
+        .try_init(device)?;
+    let bias = alibi.try_bias(case.usize("q_len")?, case.usize("k_len")?)?;
+    check.tensor("slopes", alibi.slopes().into_data());
+    check.tensor("bias", bias.into_data());
+    Ok(())
+}

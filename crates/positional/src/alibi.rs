@@ -1,0 +1,205 @@
+//! Attention with Linear Biases (ALiBi).
+//!
+//! Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input
+//! Length Extrapolation" (ICLR 2022); the slopes as BLOOM and MPT compute them. No position is
+//! added to the embeddings: each head adds `-slope * distance` to its attention scores.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::error::{PositionalError, or_panic};
+
+/// Configuration of [`Alibi`].
+#[derive(Config, Debug)]
+pub struct AlibiConfig {
+    /// Number of attention heads; each gets its own slope.
+    pub n_heads: usize,
+    /// The slopes are `2^(-max_bias * k / n)`. Defaults to 8, the paper's and BLOOM's value (MPT
+    /// calls it `alibi_bias_max`).
+    #[config(default = "8.0")]
+    pub max_bias: f64,
+}
+
+impl AlibiConfig {
+    /// Checks the configuration without building anything.
+    pub fn validate(&self) -> Result<(), PositionalError> {
+        if self.n_heads == 0 {
+            return Err(PositionalError::config("n_heads", self.n_heads, "must be at least 1"));
+        }
+        if !(self.max_bias.is_finite() && self.max_bias > 0.0) {
+            return Err(PositionalError::config(
+                "max_bias",
+                self.max_bias,
+                "must be a positive finite number",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds the module.
+    pub fn try_init(&self, device: &Device) -> Result<Alibi, PositionalError> {
+        self.validate()?;
+        let slopes = alibi_slopes(self.n_heads, self.max_bias);
+        let slopes: Vec<f32> = slopes.iter().map(|&s| s as f32).collect();
+        Ok(Alibi {
+            slopes: Tensor::from_data(TensorData::new(slopes, [self.n_heads]), device),
+            config: self.clone(),
+        })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init); the panic message is the error's text.
+    pub fn init(&self, device: &Device) -> Alibi {
+        or_panic(self.try_init(device))
+    }
+}
+
+/// The ALiBi slope of each head, in f64.
+///
+/// For `n` heads with `n` a power of two: `2^(-max_bias * k / n)` for `k = 1..=n`. Otherwise, with
+/// `p` the largest power of two below `n`: the `p` slopes of `p` heads, followed by every other
+/// slope of `2p` heads (`k = 1, 3, 5, ...`) until there are `n` (Press et al., section 3; BLOOM's
+/// `build_alibi_tensor`).
+pub fn alibi_slopes(n_heads: usize, max_bias: f64) -> Vec<f64> {
+    if n_heads == 0 {
+        return Vec::new();
+    }
+    let p = 1usize << n_heads.ilog2();
+    let slope = |k: usize, of: usize| 2f64.powf(-max_bias * k as f64 / of as f64);
+    let mut slopes: Vec<f64> = (1..=p).map(|k| slope(k, p)).collect();
+    slopes.extend((1..2 * p).step_by(2).take(n_heads - p).map(|k| slope(k, 2 * p)));
+    slopes
+}
+
+/// Per-head linear distance penalties for attention scores.
+///
+/// The slopes are computed, not learned: records hold nothing for them.
+#[derive(Module, Debug)]
+pub struct Alibi {
+    /// `[n_heads]`.
+    slopes: Tensor<1>,
+    #[module(skip)]
+    config: AlibiConfig,
+}
+
+impl Alibi {
+    /// The configuration this module was built from.
+    pub fn config(&self) -> &AlibiConfig {
+        &self.config
+    }
+
+    /// The slope of each head, `[n_heads]`.
+    pub fn slopes(&self) -> Tensor<1> {
+        self.slopes.clone()
+    }
+
+    /// The bias `-slope_h * |q_pos_i - j|` to add to attention scores.
+    ///
+    /// Queries sit at the last `q_len` of the `k_len` key positions (`q_pos_i = k_len - q_len + i`),
+    /// so one decoding step over a cache of `k_len - 1` keys is `q_len = 1`.
+    ///
+    /// # Shapes
+    /// - output: `[n_heads, q_len, k_len]`; `unsqueeze` it to `[1, n_heads, q_len, k_len]` to add to
+    ///   the `[batch, heads, q, k]` scores of `burn::tensor::module::attention`.
+    pub fn try_bias(&self, q_len: usize, k_len: usize) -> Result<Tensor<3>, PositionalError> {
+        if q_len == 0 {
+            return Err(PositionalError::input("q_len", q_len, "must be at least 1"));
+        }
+        if q_len > k_len {
+            return Err(PositionalError::input(
+                "q_len",
+                q_len,
+                format!("must be at most k_len ({k_len}): queries sit at the last q_len key positions"),
+            ));
+        }
+        let device = self.slopes.device();
+        let first_query = (k_len - q_len) as i64;
+        let query_positions = Tensor::<1, Int>::arange(first_query..k_len as i64, &device).float();
+        let key_positions = Tensor::<1, Int>::arange(0..k_len as i64, &device).float();
+        let distance = (query_positions.unsqueeze_dim::<2>(1) - key_positions.unsqueeze_dim::<2>(0)).abs();
+        let slopes = self.slopes.clone().reshape([self.config.n_heads, 1, 1]);
+        Ok(slopes.neg() * distance.unsqueeze_dim::<3>(0))
+    }
+
+    /// Panicking form of [`try_bias`](Self::try_bias).
+    ///
+    /// # Shapes
+    /// - output: `[n_heads, q_len, k_len]`
+    pub fn bias(&self, q_len: usize, k_len: usize) -> Tensor<3> {
+        or_panic(self.try_bias(q_len, k_len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{assert_close, for_each_backend};
+
+    #[test]
+    fn slopes_of_powers_of_two_are_geometric() {
+        let slopes = alibi_slopes(8, 8.0);
+        let want: Vec<f64> = (1..=8).map(|k| 0.5f64.powi(k)).collect();
+        assert_eq!(slopes, want);
+    }
+
+    #[test]
+    fn slopes_of_twelve_heads_interleave_the_sixteen_head_ones() {
+        let slopes = alibi_slopes(12, 8.0);
+        let eight = alibi_slopes(8, 8.0);
+        let sixteen = alibi_slopes(16, 8.0);
+        assert_eq!(&slopes[..8], &eight[..]);
+        assert_eq!(&slopes[8..], &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]);
+    }
+
+    fn decode_step_bias_is_last_row(device: &Device) {
+        let alibi = AlibiConfig::new(2).init(device);
+        let full = alibi.bias(4, 4).into_data().try_to_vec::<f32>().unwrap();
+        let step = alibi.bias(1, 4).into_data();
+        // Row 3 of each head of the full square.
+        let want: Vec<f32> = [&full[12..16], &full[28..32]].concat();
+        assert_close(&step, &want, 0.0);
+        // Two heads with max_bias 8 have slopes 2^-4 and 2^-8.
+        let want = [-0.125, -0.0625, 0.0, -0.0078125, -0.00390625, 0.0];
+        assert_close(&alibi.bias(1, 3).into_data(), &want, 1e-9);
+    }
+    for_each_backend!(decode_step_bias_is_last_row);
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(AlibiConfig::new(0).try_init(&Device::default()).is_err());
+    }
+
+    fn bad_lengths_are_errors(device: &Device) {
+        let alibi = AlibiConfig::new(4).init(device);
+        let err = alibi.try_bias(5, 3).unwrap_err();
+        assert!(err.to_string().starts_with("invalid input: `q_len` = 5: must be at most k_len (3)"), "{err}");
+        assert!(alibi.try_bias(0, 3).is_err());
+    }
+    for_each_backend!(bad_lengths_are_errors);
+
+    fn bias_falls_with_distance(device: &Device) {
+        use proptest::prelude::*;
+        proptest!(ProptestConfig::with_cases(24), |(n_heads in 1usize..20, q_len in 1usize..8, extra in 0usize..8)| {
+            let k_len = q_len + extra;
+            let alibi = AlibiConfig::new(n_heads).init(device);
+            let bias = crate::testing::floats(&alibi.bias(q_len, k_len).into_data());
+            for h in 0..n_heads {
+                for i in 0..q_len {
+                    let query = (k_len - q_len + i) as i64;
+                    let row = &bias[(h * q_len + i) * k_len..][..k_len];
+                    for a in 0..k_len {
+                        for b in 0..k_len {
+                            let (da, db) = ((query - a as i64).abs(), (query - b as i64).abs());
+                            if da < db {
+                                prop_assert!(row[a] > row[b], "head {h} query {i}: bias at distance {da} not above distance {db}");
+                            } else if da == db {
+                                prop_assert_eq!(row[a], row[b]);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+    for_each_backend!(bias_falls_with_distance);
+}

@@ -1,0 +1,188 @@
+//! Learned absolute position embeddings, as in BERT (Devlin et al., 2019) and GPT-2
+//! (Radford et al., 2019): one trained vector per position, added to the token embeddings.
+
+use burn::config::Config;
+use burn::module::{Initializer, Module, Param};
+use burn::tensor::{Device, Tensor};
+
+use crate::error::{PositionalError, or_panic};
+
+/// Configuration of a [`LearnedPositionalEmbedding`].
+#[derive(Config, Debug)]
+pub struct LearnedPositionalEmbeddingConfig {
+    /// Number of positions with an embedding (`n_positions` in GPT-2, `max_position_embeddings`
+    /// in BERT). Positions at or past it have none.
+    pub max_sequence_length: usize,
+    /// Size of each embedding, the model width.
+    pub d_model: usize,
+    /// Initial values. Defaults to N(0, 0.02), as GPT-2 and BERT.
+    #[config(default = "Initializer::Normal { mean: 0.0, std: 0.02 }")]
+    pub initializer: Initializer,
+}
+
+impl LearnedPositionalEmbeddingConfig {
+    /// Checks the configuration without building anything.
+    pub fn validate(&self) -> Result<(), PositionalError> {
+        if self.max_sequence_length == 0 {
+            return Err(PositionalError::config(
+                "max_sequence_length",
+                self.max_sequence_length,
+                "must be at least 1",
+            ));
+        }
+        if self.d_model == 0 {
+            return Err(PositionalError::config("d_model", self.d_model, "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Builds the module with freshly initialised weights.
+    pub fn try_init(&self, device: &Device) -> Result<LearnedPositionalEmbedding, PositionalError> {
+        self.validate()?;
+        let weight = self.initializer.init([self.max_sequence_length, self.d_model], device);
+        Ok(LearnedPositionalEmbedding { weight })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init); the panic message is the error's text.
+    pub fn init(&self, device: &Device) -> LearnedPositionalEmbedding {
+        or_panic(self.try_init(device))
+    }
+
+    /// Builds the module around given weights, e.g. `wpe.weight` of a GPT-2 checkpoint.
+    ///
+    /// # Shapes
+    /// - `weight`: `[max_sequence_length, d_model]`
+    pub fn try_init_with_weight(&self, weight: Tensor<2>) -> Result<LearnedPositionalEmbedding, PositionalError> {
+        self.validate()?;
+        let dims = weight.dims();
+        if dims != [self.max_sequence_length, self.d_model] {
+            return Err(PositionalError::input(
+                "weight.dims()",
+                dims,
+                format!("must be [max_sequence_length, d_model] = [{}, {}]", self.max_sequence_length, self.d_model),
+            ));
+        }
+        Ok(LearnedPositionalEmbedding {
+            weight: Param::from_tensor(weight),
+        })
+    }
+}
+
+/// A table of trained position vectors added to the input.
+#[derive(Module, Debug)]
+pub struct LearnedPositionalEmbedding {
+    /// `[max_sequence_length, d_model]`.
+    pub weight: Param<Tensor<2>>,
+}
+
+impl LearnedPositionalEmbedding {
+    /// Returns `x + weight[offset .. offset + seq]`.
+    ///
+    /// `offset + seq > max_sequence_length` is an error: there is no trained vector to add.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
+        let [max_sequence_length, d_model] = self.weight.dims();
+        let [_, seq, width] = x.dims();
+        if width != d_model {
+            return Err(PositionalError::input(
+                "x.dims()[2]",
+                width,
+                format!("must equal d_model ({d_model})"),
+            ));
+        }
+        if offset + seq > max_sequence_length {
+            return Err(PositionalError::input(
+                "offset + seq",
+                offset + seq,
+                format!("must be at most max_sequence_length ({max_sequence_length}): learned embeddings end there"),
+            ));
+        }
+        if seq == 0 {
+            return Ok(x);
+        }
+        let rows = self.weight.val().slice([offset..offset + seq]);
+        Ok(x + rows.unsqueeze::<3>())
+    }
+
+    /// Panicking form of [`try_forward`](Self::try_forward).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn forward(&self, x: Tensor<3>, offset: usize) -> Tensor<3> {
+        or_panic(self.try_forward(x, offset))
+    }
+
+    /// Number of positions that have an embedding.
+    pub fn max_sequence_length(&self) -> usize {
+        self.weight.dims()[0]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{assert_close, for_each_backend};
+    use burn::tensor::TensorData;
+
+    fn adds_rows_at_offset(device: &Device) {
+        let weight: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let embedding = LearnedPositionalEmbeddingConfig::new(4, 3)
+            .try_init_with_weight(Tensor::from_data(TensorData::new(weight, [4, 3]), device))
+            .unwrap();
+        let y = embedding.forward(Tensor::ones([1, 2, 3], device), 2);
+        assert_close(&y.into_data(), &[7.0, 8.0, 9.0, 10.0, 11.0, 12.0], 0.0);
+    }
+    for_each_backend!(adds_rows_at_offset);
+
+    fn past_the_table_is_an_error(device: &Device) {
+        let embedding = LearnedPositionalEmbeddingConfig::new(4, 3).init(device);
+        let err = embedding.try_forward(Tensor::ones([1, 2, 3], device), 3).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid input: `offset + seq` = 5: must be at most max_sequence_length (4): learned embeddings end there"
+        );
+    }
+    for_each_backend!(past_the_table_is_an_error);
+
+    fn init_draws_gpt2_scale(device: &Device) {
+        let embedding = LearnedPositionalEmbeddingConfig::new(256, 64).init(device);
+        let values = embedding.weight.val().into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let n = values.len() as f64;
+        let mean = values.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let std = (values.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
+        assert!(mean.abs() < 0.002, "mean {mean}");
+        assert!((std - 0.02).abs() < 0.002, "std {std}");
+    }
+    for_each_backend!(init_draws_gpt2_scale);
+
+    fn gradient_reaches_the_used_rows_only(device: &Device) {
+        let device = device.clone().autodiff();
+        let embedding = LearnedPositionalEmbeddingConfig::new(4, 2).init(&device);
+        let y = embedding.forward(Tensor::zeros([3, 2, 2], &device), 1);
+        let grads = y.sum().backward();
+        let grad = embedding.weight.grad(&grads).unwrap();
+        // Rows 1 and 2 are used by each of the 3 batch rows; rows 0 and 3 by none.
+        assert_close(&grad.into_data(), &[0.0, 0.0, 3.0, 3.0, 3.0, 3.0, 0.0, 0.0], 0.0);
+    }
+    for_each_backend!(gradient_reaches_the_used_rows_only);
+
+    fn record_round_trip_is_bit_exact(device: &Device) {
+        let embedding = LearnedPositionalEmbeddingConfig::new(5, 3).init(device);
+        let path = std::env::temp_dir().join(format!("learned-{}-{:?}.bpk", std::process::id(), std::thread::current().id()));
+        embedding.clone().save_file(&path).unwrap();
+        let reloaded = LearnedPositionalEmbeddingConfig::new(5, 3)
+            .with_initializer(Initializer::Zeros)
+            .init(device)
+            .load_file(&path);
+        std::fs::remove_file(&path).unwrap();
+        let bits = |m: &LearnedPositionalEmbedding| -> Vec<u32> {
+            crate::testing::floats(&m.weight.val().into_data()).iter().map(|v| v.to_bits()).collect()
+        };
+        assert_eq!(bits(&reloaded), bits(&embedding));
+    }
+    for_each_backend!(record_round_trip_is_bit_exact);
+}

@@ -1,0 +1,491 @@
+//! Inverse frequencies and the attention factor of each RoPE scaling type, in f64.
+//!
+//! One function per Hugging Face `rope_type`, following `transformers.modeling_rope_utils`
+//! (`ROPE_INIT_FUNCTIONS`) line for line; field names are Hugging Face's so that a
+//! `rope_scaling` / `rope_parameters` dict maps onto [`RopeScaling`] field by field.
+
+use std::f64::consts::PI;
+
+use burn::config::Config;
+
+use crate::error::PositionalError;
+
+/// How RoPE frequencies are stretched for contexts longer than the model was trained on.
+#[derive(Config, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Position interpolation (Chen et al., 2023; kaiokendev): every frequency divided by `factor`.
+    Linear {
+        /// Divides every inverse frequency; at least 1.
+        factor: f64,
+    },
+    /// Dynamic NTK (bloc97, emozilla): past `original_max_position_embeddings` the base grows
+    /// with the running length `L = max(position) + 1` to
+    /// `theta * (factor * L / original - (factor - 1))^(d / (d - 2))`.
+    Dynamic {
+        /// At least 1.
+        factor: f64,
+        /// The length below which nothing changes (Hugging Face reads the model's
+        /// `max_position_embeddings` for it).
+        original_max_position_embeddings: usize,
+    },
+    /// YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of Large Language
+    /// Models"): interpolates low frequencies, keeps high ones, ramps in between, and scales
+    /// cos/sin by an attention factor.
+    Yarn {
+        /// Interpolation factor; `None` takes `max_position_embeddings / original`.
+        factor: Option<f64>,
+        /// The context length the model was pretrained with.
+        original_max_position_embeddings: usize,
+        /// Rotations above which a dimension is extrapolated. `None` (or 0) means 32.
+        beta_fast: Option<f64>,
+        /// Rotations below which a dimension is interpolated. `None` (or 0) means 1.
+        beta_slow: Option<f64>,
+        /// With `mscale_all_dim`, the DeepSeek form of the attention factor.
+        mscale: Option<f64>,
+        /// See `mscale`.
+        mscale_all_dim: Option<f64>,
+        /// Overrides the computed attention factor.
+        attention_factor: Option<f64>,
+        /// Round the ramp's ends to whole dimensions. `None` means true.
+        truncate: Option<bool>,
+    },
+    /// Llama 3.1's frequency-dependent interpolation.
+    Llama3 {
+        /// Divides the low frequencies (8 in Llama 3.1).
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are divided by `factor` (1 in Llama 3.1).
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept (4 in Llama 3.1).
+        high_freq_factor: f64,
+        /// The context length the model was pretrained with (8192 in Llama 3.1).
+        original_max_position_embeddings: usize,
+    },
+    /// LongRoPE (Ding et al., 2024; Phi-3): one rescale factor per frequency, `short_factor` up to
+    /// `original_max_position_embeddings` and `long_factor` past it.
+    LongRope {
+        /// `rotary_dim / 2` divisors used while `max(position) + 1 <= original`.
+        short_factor: Vec<f64>,
+        /// `rotary_dim / 2` divisors used past `original`.
+        long_factor: Vec<f64>,
+        /// The context length the model was pretrained with.
+        original_max_position_embeddings: usize,
+        /// Enters the default attention factor; `None` takes `max_position_embeddings / original`.
+        factor: Option<f64>,
+        /// Overrides the computed attention factor.
+        attention_factor: Option<f64>,
+    },
+}
+
+/// What RoPE multiplies positions by, and how much it scales cos and sin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeFrequencies {
+    /// `[rotary_dim / 2]`: the angle of pair `j` at position `p` is `p * inv_freq[j]`.
+    pub inv_freq: Vec<f64>,
+    /// Multiplies cos and sin: 1 except for YaRN and LongRoPE.
+    pub attention_scaling: f64,
+}
+
+/// The unscaled frequencies `theta^(-2j / rotary_dim)` (Su et al., RoFormer, eq. 15).
+pub fn default_inv_freq(theta: f64, rotary_dim: usize) -> Vec<f64> {
+    (0..rotary_dim / 2)
+        .map(|j| 1.0 / theta.powf((2 * j) as f64 / rotary_dim as f64))
+        .collect()
+}
+
+impl RopeScaling {
+    /// The Hugging Face `rope_type` of this scaling.
+    pub fn rope_type(&self) -> &'static str {
+        match self {
+            Self::Linear { .. } => "linear",
+            Self::Dynamic { .. } => "dynamic",
+            Self::Yarn { .. } => "yarn",
+            Self::Llama3 { .. } => "llama3",
+            Self::LongRope { .. } => "longrope",
+        }
+    }
+
+    /// Whether the frequencies depend on the running length (so a precomputed table is only
+    /// valid up to `original_max_position_embeddings`).
+    pub(crate) fn length_threshold(&self) -> Option<usize> {
+        match self {
+            Self::Dynamic {
+                original_max_position_embeddings,
+                ..
+            }
+            | Self::LongRope {
+                original_max_position_embeddings,
+                ..
+            } => Some(*original_max_position_embeddings),
+            _ => None,
+        }
+    }
+
+    /// Checks every parameter against the rotary width and the model's context length.
+    pub fn validate(&self, rotary_dim: usize) -> Result<(), PositionalError> {
+        let factor_at_least_one = |field: &'static str, factor: f64| {
+            if factor.is_finite() && factor >= 1.0 {
+                Ok(())
+            } else {
+                Err(PositionalError::config(field, factor, "must be a finite number >= 1"))
+            }
+        };
+        let positive_length = |length: usize| {
+            if length == 0 {
+                Err(PositionalError::config(
+                    "scaling.original_max_position_embeddings",
+                    length,
+                    "must be at least 1",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Self::Linear { factor } => factor_at_least_one("scaling.factor", *factor),
+            Self::Dynamic {
+                factor,
+                original_max_position_embeddings,
+            } => {
+                factor_at_least_one("scaling.factor", *factor)?;
+                positive_length(*original_max_position_embeddings)?;
+                if rotary_dim < 4 {
+                    // The exponent d / (d - 2) is undefined for d = 2.
+                    return Err(PositionalError::config(
+                        "rotary_dim",
+                        rotary_dim,
+                        "must be at least 4 for dynamic NTK scaling",
+                    ));
+                }
+                Ok(())
+            }
+            Self::Yarn {
+                factor,
+                original_max_position_embeddings,
+                attention_factor,
+                ..
+            } => {
+                if let Some(factor) = factor {
+                    factor_at_least_one("scaling.factor", *factor)?;
+                }
+                positive_length(*original_max_position_embeddings)?;
+                if let Some(attention_factor) = attention_factor
+                    && !(attention_factor.is_finite() && *attention_factor > 0.0)
+                {
+                    return Err(PositionalError::config(
+                        "scaling.attention_factor",
+                        attention_factor,
+                        "must be a positive finite number",
+                    ));
+                }
+                Ok(())
+            }
+            Self::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                factor_at_least_one("scaling.factor", *factor)?;
+                positive_length(*original_max_position_embeddings)?;
+                if !(*low_freq_factor > 0.0 && low_freq_factor < high_freq_factor && high_freq_factor.is_finite()) {
+                    return Err(PositionalError::config(
+                        "scaling.low_freq_factor",
+                        low_freq_factor,
+                        format!("must be positive and below high_freq_factor ({high_freq_factor})"),
+                    ));
+                }
+                Ok(())
+            }
+            Self::LongRope {
+                short_factor,
+                long_factor,
+                original_max_position_embeddings,
+                factor,
+                attention_factor,
+            } => {
+                positive_length(*original_max_position_embeddings)?;
+                for (field, factors) in [("scaling.short_factor", short_factor), ("scaling.long_factor", long_factor)] {
+                    if factors.len() != rotary_dim / 2 {
+                        return Err(PositionalError::config(
+                            field,
+                            factors,
+                            format!("must hold rotary_dim / 2 = {} values", rotary_dim / 2),
+                        ));
+                    }
+                    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                        return Err(PositionalError::config(field, bad, "every value must be positive and finite"));
+                    }
+                }
+                if let Some(factor) = factor
+                    && !(factor.is_finite() && *factor > 0.0)
+                {
+                    return Err(PositionalError::config("scaling.factor", factor, "must be positive and finite"));
+                }
+                if let Some(attention_factor) = attention_factor
+                    && !(attention_factor.is_finite() && *attention_factor > 0.0)
+                {
+                    return Err(PositionalError::config(
+                        "scaling.attention_factor",
+                        attention_factor,
+                        "must be a positive finite number",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The frequencies of RoPE with `scaling` (or none), for a sequence whose largest position is
+/// `running_length - 1`. Only dynamic NTK and LongRoPE look at `running_length`.
+pub fn rope_frequencies(
+    theta: f64,
+    rotary_dim: usize,
+    max_position_embeddings: usize,
+    scaling: Option<&RopeScaling>,
+    running_length: usize,
+) -> RopeFrequencies {
+    let unscaled = |inv_freq| RopeFrequencies {
+        inv_freq,
+        attention_scaling: 1.0,
+    };
+    let Some(scaling) = scaling else {
+        return unscaled(default_inv_freq(theta, rotary_dim));
+    };
+    match scaling {
+        RopeScaling::Linear { factor } => {
+            unscaled(default_inv_freq(theta, rotary_dim).into_iter().map(|w| w / factor).collect())
+        }
+        RopeScaling::Dynamic {
+            factor,
+            original_max_position_embeddings,
+        } => unscaled(dynamic_ntk(
+            theta,
+            rotary_dim,
+            *factor,
+            *original_max_position_embeddings,
+            running_length,
+        )),
+        RopeScaling::Yarn { .. } => yarn(theta, rotary_dim, max_position_embeddings, scaling),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => unscaled(llama3(
+            theta,
+            rotary_dim,
+            *factor,
+            *low_freq_factor,
+            *high_freq_factor,
+            *original_max_position_embeddings,
+        )),
+        RopeScaling::LongRope { .. } => longrope(theta, rotary_dim, max_position_embeddings, scaling, running_length),
+    }
+}
+
+/// `_compute_dynamic_ntk_parameters`.
+fn dynamic_ntk(theta: f64, dim: usize, factor: f64, original: usize, running_length: usize) -> Vec<f64> {
+    let length = running_length.max(original) as f64;
+    let d = dim as f64;
+    let base = theta * (factor * length / original as f64 - (factor - 1.0)).powf(d / (d - 2.0));
+    default_inv_freq(base, dim)
+}
+
+/// `_compute_yarn_parameters`.
+fn yarn(theta: f64, dim: usize, max_position_embeddings: usize, scaling: &RopeScaling) -> RopeFrequencies {
+    let RopeScaling::Yarn {
+        factor,
+        original_max_position_embeddings: original,
+        beta_fast,
+        beta_slow,
+        mscale,
+        mscale_all_dim,
+        attention_factor,
+        truncate,
+    } = scaling
+    else {
+        unreachable!("yarn() is only called for RopeScaling::Yarn")
+    };
+    let factor = factor.unwrap_or(max_position_embeddings as f64 / *original as f64);
+    let get_mscale = |scale: f64, mscale: f64| {
+        if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+    };
+    // Hugging Face tests `mscale and mscale_all_dim` for truthiness: zero counts as absent.
+    let nonzero = |v: &Option<f64>| v.filter(|v| *v != 0.0);
+    let attention_scaling = attention_factor.unwrap_or_else(|| match (nonzero(mscale), nonzero(mscale_all_dim)) {
+        (Some(m), Some(m_all)) => get_mscale(factor, m) / get_mscale(factor, m_all),
+        _ => get_mscale(factor, 1.0),
+    });
+    let beta_fast = nonzero(beta_fast).unwrap_or(32.0);
+    let beta_slow = nonzero(beta_slow).unwrap_or(1.0);
+    let d = dim as f64;
+    // The dimension at which a frequency completes `rotations` turns over the original context.
+    let correction_dim = |rotations: f64| (d * (*original as f64 / (rotations * 2.0 * PI)).ln()) / (2.0 * theta.ln());
+    let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+    if truncate.unwrap_or(true) {
+        low = low.floor();
+        high = high.ceil();
+    }
+    let low = low.max(0.0);
+    let mut high = high.min(d - 1.0);
+    if low == high {
+        high += 0.001; // Hugging Face's guard against a zero-width ramp.
+    }
+    let inv_freq = (0..dim / 2)
+        .map(|j| {
+            let extrapolation = 1.0 / theta.powf((2 * j) as f64 / d);
+            let interpolation = extrapolation / factor;
+            let ramp = ((j as f64 - low) / (high - low)).clamp(0.0, 1.0);
+            let extrapolation_weight = 1.0 - ramp;
+            interpolation * (1.0 - extrapolation_weight) + extrapolation * extrapolation_weight
+        })
+        .collect();
+    RopeFrequencies {
+        inv_freq,
+        attention_scaling,
+    }
+}
+
+/// `_compute_llama3_parameters`.
+fn llama3(theta: f64, dim: usize, factor: f64, low_freq_factor: f64, high_freq_factor: f64, original: usize) -> Vec<f64> {
+    let original = original as f64;
+    let low_freq_wavelen = original / low_freq_factor;
+    let high_freq_wavelen = original / high_freq_factor;
+    default_inv_freq(theta, dim)
+        .into_iter()
+        .map(|w| {
+            let wavelen = 2.0 * PI / w;
+            if wavelen < high_freq_wavelen {
+                w
+            } else if wavelen > low_freq_wavelen {
+                w / factor
+            } else {
+                let smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                (1.0 - smooth) * w / factor + smooth * w
+            }
+        })
+        .collect()
+}
+
+/// `_compute_longrope_parameters`.
+fn longrope(
+    theta: f64,
+    dim: usize,
+    max_position_embeddings: usize,
+    scaling: &RopeScaling,
+    running_length: usize,
+) -> RopeFrequencies {
+    let RopeScaling::LongRope {
+        short_factor,
+        long_factor,
+        original_max_position_embeddings: original,
+        factor,
+        attention_factor,
+    } = scaling
+    else {
+        unreachable!("longrope() is only called for RopeScaling::LongRope")
+    };
+    let factor = factor.unwrap_or(max_position_embeddings as f64 / *original as f64);
+    let attention_scaling = attention_factor.unwrap_or_else(|| {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            (1.0 + factor.ln() / (*original as f64).ln()).sqrt()
+        }
+    });
+    let rescale = if running_length > *original {
+        long_factor
+    } else {
+        short_factor
+    };
+    let inv_freq = default_inv_freq(theta, dim).into_iter().zip(rescale).map(|(w, r)| w / r).collect();
+    RopeFrequencies {
+        inv_freq,
+        attention_scaling,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_keeps_high_divides_low_and_smooths_between() {
+        let unscaled = default_inv_freq(500_000.0, 128);
+        let scaled = llama3(500_000.0, 128, 8.0, 1.0, 4.0, 8192);
+        // Wavelength 2*pi < 2048: kept.
+        assert_eq!(scaled[0], unscaled[0]);
+        // The lowest frequency has a wavelength far above 8192: divided by 8.
+        assert!((scaled[63] - unscaled[63] / 8.0).abs() < 1e-20);
+        // Every scaled frequency lies between w / 8 and w.
+        for (s, w) in scaled.iter().zip(&unscaled) {
+            assert!(*s <= *w && *s >= w / 8.0 * (1.0 - 1e-12));
+        }
+    }
+
+    #[test]
+    fn dynamic_ntk_is_unscaled_up_to_the_threshold() {
+        let scaling = RopeScaling::Dynamic {
+            factor: 4.0,
+            original_max_position_embeddings: 64,
+        };
+        let at = |length| rope_frequencies(10_000.0, 16, 2048, Some(&scaling), length).inv_freq;
+        assert_eq!(at(64), default_inv_freq(10_000.0, 16));
+        assert!(at(65)[1] < at(64)[1]);
+    }
+
+    #[test]
+    fn yarn_default_attention_factor_follows_the_paper() {
+        let scaling = RopeScaling::Yarn {
+            factor: Some(4.0),
+            original_max_position_embeddings: 256,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: None,
+        };
+        let frequencies = rope_frequencies(10_000.0, 64, 1024, Some(&scaling), 1);
+        assert!((frequencies.attention_scaling - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
+        // The fastest pair is extrapolated (kept), the slowest interpolated (divided by 4).
+        let unscaled = default_inv_freq(10_000.0, 64);
+        assert_eq!(frequencies.inv_freq[0], unscaled[0]);
+        assert!((frequencies.inv_freq[31] - unscaled[31] / 4.0).abs() < 1e-18);
+    }
+
+    #[test]
+    fn longrope_switches_factors_past_the_original_length() {
+        let scaling = RopeScaling::LongRope {
+            short_factor: vec![1.0, 2.0],
+            long_factor: vec![3.0, 4.0],
+            original_max_position_embeddings: 8,
+            factor: None,
+            attention_factor: None,
+        };
+        let unscaled = default_inv_freq(10_000.0, 4);
+        let short = rope_frequencies(10_000.0, 4, 32, Some(&scaling), 8);
+        let long = rope_frequencies(10_000.0, 4, 32, Some(&scaling), 9);
+        assert_eq!(short.inv_freq, vec![unscaled[0], unscaled[1] / 2.0]);
+        assert_eq!(long.inv_freq, vec![unscaled[0] / 3.0, unscaled[1] / 4.0]);
+        let want = (1.0 + 4f64.ln() / 8f64.ln()).sqrt();
+        assert!((short.attention_scaling - want).abs() < 1e-15);
+    }
+
+    #[test]
+    fn invalid_scalings_name_their_field() {
+        let err = RopeScaling::Linear { factor: 0.5 }.validate(16).unwrap_err();
+        assert_eq!(err.to_string(), "invalid configuration: `scaling.factor` = 0.5: must be a finite number >= 1");
+        let err = RopeScaling::LongRope {
+            short_factor: vec![1.0; 3],
+            long_factor: vec![1.0; 8],
+            original_max_position_embeddings: 64,
+            factor: None,
+            attention_factor: None,
+        }
+        .validate(16)
+        .unwrap_err();
+        assert!(err.to_string().contains("`scaling.short_factor`"), "{err}");
+    }
+}

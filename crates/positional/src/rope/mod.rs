@@ -1,0 +1,412 @@
+//! Rotary position embeddings (RoPE).
+//!
+//! Su et al., "RoFormer: Enhanced Transformer with Rotary Position Embedding" (2021). Each pair of
+//! features of a query or key is rotated by `position * inv_freq[j]`, so that `q_m . k_n` depends on
+//! `m - n` only. Both pairings in use are supported ([`RopeLayout`]), partial rotary (the first
+//! `rotary_dim` features rotate, the rest pass through), and the Hugging Face scalings
+//! ([`RopeScaling`]).
+//!
+//! cos and sin are computed in f64 on the host and rounded once to f32, so an angle of 131071 rad
+//! is as exact as f32 can hold the result, where computing `p * w` in f32 loses about 1e-2.
+
+mod frequencies;
+mod huggingface;
+pub mod reference;
+
+pub use frequencies::{RopeFrequencies, RopeScaling, default_inv_freq, rope_frequencies};
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::error::{PositionalError, or_panic};
+
+/// Which features form a rotated pair.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs `(j, j + rotary_dim / 2)`: `rotate_half` of GPT-NeoX and Hugging Face Llama.
+    Half,
+    /// Pairs `(2j, 2j + 1)`: RoFormer, GPT-J, Meta's original Llama code.
+    Interleaved,
+}
+
+/// Positions whose cos/sin are precomputed at init. Past them (or past the length where a
+/// dynamic scaling changes its frequencies) they are computed per call; a cap keeps a model with
+/// a 128k context from holding 64 MB of tables per layer.
+const PRECOMPUTED_POSITIONS: usize = 4096;
+
+/// Configuration of a [`RotaryEncoding`].
+#[derive(Config, Debug)]
+pub struct RotaryEncodingConfig {
+    /// Size of each attention head, `[.., head_dim]`.
+    pub head_dim: usize,
+    /// Number of leading features that rotate (even, at most `head_dim`); the rest pass through.
+    /// `None` rotates the whole head. Hugging Face: `head_dim * partial_rotary_factor`.
+    #[config(default = "None")]
+    pub rotary_dim: Option<usize>,
+    /// The base of the frequencies, `rope_theta`. Defaults to 10000.
+    #[config(default = "10000.0")]
+    pub theta: f64,
+    /// Pairing of features. Defaults to [`RopeLayout::Half`], as Hugging Face models.
+    #[config(default = "RopeLayout::Half")]
+    pub layout: RopeLayout,
+    /// The model's context length. YaRN and LongRoPE derive their default `factor` from it.
+    /// Defaults to 2048.
+    #[config(default = "2048")]
+    pub max_position_embeddings: usize,
+    /// Frequency scaling for long contexts. Defaults to none.
+    #[config(default = "None")]
+    pub scaling: Option<RopeScaling>,
+}
+
+impl RotaryEncodingConfig {
+    /// The number of rotating features.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim.unwrap_or(self.head_dim)
+    }
+
+    /// Checks the configuration without building anything.
+    pub fn validate(&self) -> Result<(), PositionalError> {
+        let rotary_dim = self.rotary_dim();
+        if self.head_dim == 0 {
+            return Err(PositionalError::config("head_dim", self.head_dim, "must be at least 1"));
+        }
+        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
+            return Err(PositionalError::config(
+                "rotary_dim",
+                rotary_dim,
+                "must be even and at least 2 (features rotate in pairs)",
+            ));
+        }
+        if rotary_dim > self.head_dim {
+            return Err(PositionalError::config(
+                "rotary_dim",
+                rotary_dim,
+                format!("must be at most head_dim ({})", self.head_dim),
+            ));
+        }
+        if !(self.theta.is_finite() && self.theta > 1.0) {
+            return Err(PositionalError::config("theta", self.theta, "must be a finite number above 1"));
+        }
+        if self.max_position_embeddings == 0 {
+            return Err(PositionalError::config(
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                "must be at least 1",
+            ));
+        }
+        if let Some(scaling) = &self.scaling {
+            scaling.validate(rotary_dim)?;
+        }
+        Ok(())
+    }
+
+    /// The frequencies for a sequence whose largest position is `running_length - 1`.
+    ///
+    /// Only dynamic NTK and LongRoPE depend on `running_length`; Hugging Face passes
+    /// `max(position_ids) + 1`.
+    pub fn frequencies(&self, running_length: usize) -> RopeFrequencies {
+        rope_frequencies(
+            self.theta,
+            self.rotary_dim(),
+            self.max_position_embeddings,
+            self.scaling.as_ref(),
+            running_length,
+        )
+    }
+
+    /// Builds the module, with cos/sin of the first positions computed in f64 on the host.
+    pub fn try_init(&self, device: &Device) -> Result<RotaryEncoding, PositionalError> {
+        self.validate()?;
+        let cached_positions = self.cached_positions();
+        let frequencies = self.frequencies(cached_positions);
+        let positions: Vec<i64> = (0..cached_positions as i64).collect();
+        let (cos, sin) = angle_tables(&positions, &frequencies);
+        let half = self.rotary_dim() / 2;
+        Ok(RotaryEncoding {
+            cos: Tensor::from_data(TensorData::new(cos, [cached_positions, half]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [cached_positions, half]), device),
+            config: self.clone(),
+        })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init); the panic message is the error's text.
+    pub fn init(&self, device: &Device) -> RotaryEncoding {
+        or_panic(self.try_init(device))
+    }
+
+    /// How many positions the init-time table covers: a table built for frequencies that change
+    /// with the running length is only valid up to where they start changing.
+    fn cached_positions(&self) -> usize {
+        let threshold = self
+            .scaling
+            .as_ref()
+            .and_then(RopeScaling::length_threshold)
+            .unwrap_or(usize::MAX);
+        self.max_position_embeddings.min(PRECOMPUTED_POSITIONS).min(threshold)
+    }
+}
+
+/// Rotates queries and keys by their positions.
+///
+/// cos/sin tables are computed, not learned: records hold nothing for them, and loading rebuilds
+/// them from the config.
+#[derive(Module, Debug)]
+pub struct RotaryEncoding {
+    /// `[cached_positions, rotary_dim / 2]`, attention scaling included.
+    cos: Tensor<2>,
+    /// `[cached_positions, rotary_dim / 2]`, attention scaling included.
+    sin: Tensor<2>,
+    #[module(skip)]
+    config: RotaryEncodingConfig,
+}
+
+/// cos and sin for one call, ready to rotate any tensor at those positions.
+///
+/// Built once by [`RotaryEncoding::try_angles`] or [`RotaryEncoding::try_angles_at`] and applied to
+/// both queries and keys, so the tables are fetched once per step.
+#[derive(Debug, Clone)]
+pub struct RotaryAngles {
+    /// `[batch or 1, 1, seq, rotary_dim / 2]`, attention scaling included.
+    cos: Tensor<4>,
+    /// `[batch or 1, 1, seq, rotary_dim / 2]`, attention scaling included.
+    sin: Tensor<4>,
+    rotary_dim: usize,
+    layout: RopeLayout,
+}
+
+impl RotaryEncoding {
+    /// The configuration this module was built from.
+    pub fn config(&self) -> &RotaryEncodingConfig {
+        &self.config
+    }
+
+    /// The inverse frequencies `[rotary_dim / 2]` and attention scaling that apply to a sequence
+    /// whose largest position is `running_length - 1`.
+    pub fn frequencies(&self, running_length: usize) -> RopeFrequencies {
+        self.config.frequencies(running_length)
+    }
+
+    /// Angles for positions `offset .. offset + seq`, the same for every batch row.
+    pub fn try_angles(&self, offset: usize, seq: usize) -> Result<RotaryAngles, PositionalError> {
+        if seq == 0 {
+            return Err(PositionalError::input("seq", seq, "must be at least 1"));
+        }
+        let end = offset + seq;
+        let (cos, sin) = if end <= self.cos.dims()[0] {
+            (self.cos.clone().slice([offset..end]), self.sin.clone().slice([offset..end]))
+        } else {
+            let positions: Vec<i64> = (offset as i64..end as i64).collect();
+            self.host_tables(&positions, &self.cos.device())
+        };
+        Ok(self.angles_from_rows(cos, sin, 1, seq))
+    }
+
+    /// Angles at explicit positions: `[seq]` (shared by every batch row) or `[batch, seq]` (one
+    /// row per sequence, e.g. after left padding). Positions need not be sorted.
+    ///
+    /// Reads the positions back to the host: dynamic scalings need their maximum, and positions
+    /// past the precomputed table are computed there.
+    pub fn try_angles_at<const D: usize>(&self, positions: Tensor<D, Int>) -> Result<RotaryAngles, PositionalError> {
+        let dims = positions.dims();
+        let (rows, seq) = match dims.as_slice() {
+            [seq] => (1, *seq),
+            [rows, seq] => (*rows, *seq),
+            _ => {
+                return Err(PositionalError::input(
+                    "positions.dims()",
+                    dims.to_vec(),
+                    "must be [seq] or [batch, seq]",
+                ));
+            }
+        };
+        if rows * seq == 0 {
+            return Err(PositionalError::input("positions.dims()", dims.to_vec(), "must not be empty"));
+        }
+        let host: Vec<i64> = positions
+            .to_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .map_err(|e| PositionalError::input("positions", format!("{e:?}"), "must be readable as i64"))?;
+        if let Some(negative) = host.iter().find(|p| **p < 0) {
+            return Err(PositionalError::input("positions", negative, "must be non-negative"));
+        }
+        let max = *host.iter().max().expect("positions are not empty");
+        let (cos, sin) = if (max as usize) < self.cos.dims()[0] {
+            let device = self.cos.device();
+            let index = positions.reshape([rows * seq]).to_device(&device);
+            (self.cos.clone().select(0, index.clone()), self.sin.clone().select(0, index))
+        } else {
+            self.host_tables(&host, &self.cos.device())
+        };
+        Ok(self.angles_from_rows(cos, sin, rows, seq))
+    }
+
+    /// Rotates `x` at positions `offset .. offset + seq`.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`
+    /// - output: `[batch, heads, seq, head_dim]`
+    pub fn try_apply(&self, x: Tensor<4>, offset: usize) -> Result<Tensor<4>, PositionalError> {
+        let seq = x.dims()[2];
+        self.try_angles(offset, seq)?.try_apply(x)
+    }
+
+    /// Panicking form of [`try_apply`](Self::try_apply).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`
+    /// - output: `[batch, heads, seq, head_dim]`
+    pub fn apply(&self, x: Tensor<4>, offset: usize) -> Tensor<4> {
+        or_panic(self.try_apply(x, offset))
+    }
+
+    /// Rotates queries and keys at positions `offset .. offset + seq`, fetching the tables once.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, q_heads, seq, head_dim]`, `k`: `[batch, kv_heads, seq, head_dim]`
+    /// - outputs: the shapes of `q` and `k`
+    pub fn try_forward(&self, q: Tensor<4>, k: Tensor<4>, offset: usize) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
+        let angles = self.try_angles(offset, q.dims()[2])?;
+        Ok((angles.try_apply(q)?, angles.try_apply(k)?))
+    }
+
+    /// Panicking form of [`try_forward`](Self::try_forward).
+    pub fn forward(&self, q: Tensor<4>, k: Tensor<4>, offset: usize) -> (Tensor<4>, Tensor<4>) {
+        or_panic(self.try_forward(q, k, offset))
+    }
+
+    /// Rotates queries and keys at explicit positions (`[seq]` or `[batch, seq]`, see
+    /// [`try_angles_at`](Self::try_angles_at)).
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, q_heads, seq, head_dim]`, `k`: `[batch, kv_heads, seq, head_dim]`
+    /// - outputs: the shapes of `q` and `k`
+    pub fn try_forward_at<const D: usize>(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        positions: Tensor<D, Int>,
+    ) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
+        let angles = self.try_angles_at(positions)?;
+        Ok((angles.try_apply(q)?, angles.try_apply(k)?))
+    }
+
+    /// Panicking form of [`try_forward_at`](Self::try_forward_at).
+    pub fn forward_at<const D: usize>(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        positions: Tensor<D, Int>,
+    ) -> (Tensor<4>, Tensor<4>) {
+        or_panic(self.try_forward_at(q, k, positions))
+    }
+
+    /// cos/sin rows for `positions`, computed in f64 on the host with the frequencies that
+    /// Hugging Face would use for this call (running length `max + 1`).
+    fn host_tables(&self, positions: &[i64], device: &Device) -> (Tensor<2>, Tensor<2>) {
+        let running_length = positions.iter().max().map_or(0, |p| *p as usize + 1);
+        let frequencies = self.config.frequencies(running_length);
+        let (cos, sin) = angle_tables(positions, &frequencies);
+        let shape = [positions.len(), frequencies.inv_freq.len()];
+        (
+            Tensor::from_data(TensorData::new(cos, shape), device),
+            Tensor::from_data(TensorData::new(sin, shape), device),
+        )
+    }
+
+    fn angles_from_rows(&self, cos: Tensor<2>, sin: Tensor<2>, rows: usize, seq: usize) -> RotaryAngles {
+        let half = self.config.rotary_dim() / 2;
+        RotaryAngles {
+            cos: cos.reshape([rows, 1, seq, half]),
+            sin: sin.reshape([rows, 1, seq, half]),
+            rotary_dim: self.config.rotary_dim(),
+            layout: self.config.layout,
+        }
+    }
+}
+
+impl RotaryAngles {
+    /// Rotates the first `rotary_dim` features of `x`; the rest pass through.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, with `batch` equal to the angles' batch or the
+    ///   angles shared by every row
+    /// - output: `[batch, heads, seq, head_dim]`
+    pub fn try_apply(&self, x: Tensor<4>) -> Result<Tensor<4>, PositionalError> {
+        let [batch, heads, seq, head_dim] = x.dims();
+        let [rows, _, angle_seq, half] = self.cos.dims();
+        if seq != angle_seq {
+            return Err(PositionalError::input(
+                "x.dims()[2]",
+                seq,
+                format!("must equal the number of positions ({angle_seq})"),
+            ));
+        }
+        if rows != 1 && rows != batch {
+            return Err(PositionalError::input(
+                "x.dims()[0]",
+                batch,
+                format!("must equal the batch of the positions ({rows})"),
+            ));
+        }
+        if head_dim < self.rotary_dim {
+            return Err(PositionalError::input(
+                "x.dims()[3]",
+                head_dim,
+                format!("must be at least rotary_dim ({})", self.rotary_dim),
+            ));
+        }
+        let (rotating, passing) = if head_dim > self.rotary_dim {
+            let rest = head_dim - self.rotary_dim;
+            (x.clone().narrow(3, 0, self.rotary_dim), Some(x.narrow(3, self.rotary_dim, rest)))
+        } else {
+            (x, None)
+        };
+        let (cos, sin) = (self.cos.clone(), self.sin.clone());
+        let rotated = match self.layout {
+            RopeLayout::Half => {
+                let x1 = rotating.clone().narrow(3, 0, half);
+                let x2 = rotating.narrow(3, half, half);
+                let out1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+                let out2 = x2 * cos + x1 * sin;
+                Tensor::cat(vec![out1, out2], 3)
+            }
+            RopeLayout::Interleaved => {
+                let pairs = rotating.reshape([batch, heads, seq, half, 2]);
+                let x1 = pairs.clone().narrow(4, 0, 1).reshape([batch, heads, seq, half]);
+                let x2 = pairs.narrow(4, 1, 1).reshape([batch, heads, seq, half]);
+                let out1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+                let out2 = x1 * sin + x2 * cos;
+                Tensor::stack::<5>(vec![out1, out2], 4).reshape([batch, heads, seq, self.rotary_dim])
+            }
+        };
+        Ok(match passing {
+            Some(passing) => Tensor::cat(vec![rotated, passing], 3),
+            None => rotated,
+        })
+    }
+
+    /// Panicking form of [`try_apply`](Self::try_apply).
+    pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {
+        or_panic(self.try_apply(x))
+    }
+}
+
+/// Row-major `[positions.len(), rotary_dim / 2]` cos and sin of `p * inv_freq[j]`, times the
+/// attention scaling, computed in f64 and rounded once to f32.
+fn angle_tables(positions: &[i64], frequencies: &RopeFrequencies) -> (Vec<f32>, Vec<f32>) {
+    let n = positions.len() * frequencies.inv_freq.len();
+    let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &p in positions {
+        for &w in &frequencies.inv_freq {
+            let (s, c) = (p as f64 * w).sin_cos();
+            cos.push((c * frequencies.attention_scaling) as f32);
+            sin.push((s * frequencies.attention_scaling) as f32);
+        }
+    }
+    (cos, sin)
+}
+
+#[cfg(test)]
+mod tests;

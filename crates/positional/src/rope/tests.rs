@@ -1,0 +1,254 @@
+use burn::module::Module;
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use proptest::prelude::*;
+
+use super::*;
+use crate::testing::{assert_close, floats, for_each_backend};
+
+fn random(shape: [usize; 4], device: &Device) -> Tensor<4> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+}
+
+/// Checks the tensor-op rotation of a random `[2, 3, seq, head_dim]` input against the reference.
+fn check_against_reference(config: &RotaryEncodingConfig, seq: usize, offset: usize, device: &Device) {
+    let rope = config.init(device);
+    let shape = [2, 3, seq, config.head_dim];
+    let x = random(shape, device);
+    let got = rope.apply(x.clone(), offset).into_data();
+    let positions: Vec<i64> = (offset as i64..(offset + seq) as i64).collect();
+    let want = reference::rotate(config, &floats(&x.into_data()), shape, &positions, 1.0);
+    assert_close(&got, &want, 2e-5);
+}
+
+fn both_layouts_full_and_partial_match_reference(device: &Device) {
+    for layout in [RopeLayout::Half, RopeLayout::Interleaved] {
+        for rotary_dim in [None, Some(4)] {
+            let config = RotaryEncodingConfig::new(10)
+                .with_layout(layout)
+                .with_rotary_dim(rotary_dim)
+                .with_max_position_embeddings(16);
+            // Inside the table, straddling its end, and wholly past it.
+            for offset in [0, 13, 40] {
+                check_against_reference(&config, 5, offset, device);
+            }
+        }
+    }
+}
+for_each_backend!(both_layouts_full_and_partial_match_reference);
+
+fn every_scaling_matches_reference(device: &Device) {
+    let scalings = [
+        RopeScaling::Linear { factor: 4.0 },
+        RopeScaling::Dynamic {
+            factor: 2.0,
+            original_max_position_embeddings: 8,
+        },
+        RopeScaling::Yarn {
+            factor: Some(4.0),
+            original_max_position_embeddings: 16,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: Some(1.0),
+            mscale_all_dim: Some(0.5),
+            attention_factor: None,
+            truncate: None,
+        },
+        RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 16,
+        },
+        RopeScaling::LongRope {
+            short_factor: vec![1.0, 1.5, 2.0, 3.0],
+            long_factor: vec![2.0, 3.0, 5.0, 8.0],
+            original_max_position_embeddings: 8,
+            factor: None,
+            attention_factor: None,
+        },
+    ];
+    for scaling in scalings {
+        let config = RotaryEncodingConfig::new(8)
+            .with_max_position_embeddings(64)
+            .with_scaling(Some(scaling));
+        // Below and past the length where dynamic NTK and LongRoPE switch.
+        check_against_reference(&config, 4, 0, device);
+        check_against_reference(&config, 4, 9, device);
+    }
+}
+for_each_backend!(every_scaling_matches_reference);
+
+fn explicit_positions_per_batch_row_match_reference(device: &Device) {
+    let config = RotaryEncodingConfig::new(6)
+        .with_layout(RopeLayout::Interleaved)
+        .with_max_position_embeddings(8);
+    let rope = config.init(device);
+    let shape = [2, 2, 3, 6];
+    let positions = [5i64, 0, 2, 9, 30, 7];
+    let x = random(shape, device);
+    let index = Tensor::<2, Int>::from_data(TensorData::new(positions.to_vec(), [2, 3]), device);
+    let angles = rope.try_angles_at(index).unwrap();
+    let got = angles.apply(x.clone()).into_data();
+    let want = reference::rotate(&config, &floats(&x.into_data()), shape, &positions, 1.0);
+    assert_close(&got, &want, 2e-5);
+}
+for_each_backend!(explicit_positions_per_batch_row_match_reference);
+
+fn position_131071_is_within_1e5_of_f64(device: &Device) {
+    let config = RotaryEncodingConfig::new(128).with_theta(10_000.0);
+    let rope = config.init(device);
+    let shape = [1, 2, 2, 128];
+    let x = random(shape, device);
+    let got = rope.apply(x.clone(), 131_070).into_data();
+    let want = reference::rotate(&config, &floats(&x.into_data()), shape, &[131_070, 131_071], 1.0);
+    assert_close(&got, &want, 1e-5);
+}
+for_each_backend!(position_131071_is_within_1e5_of_f64);
+
+fn gradient_is_the_inverse_rotation(device: &Device) {
+    let device = device.clone().autodiff();
+    let config = RotaryEncodingConfig::new(8).with_rotary_dim(Some(6)).with_scaling(Some(RopeScaling::Yarn {
+        factor: Some(2.0),
+        original_max_position_embeddings: 4,
+        beta_fast: None,
+        beta_slow: None,
+        mscale: None,
+        mscale_all_dim: None,
+        attention_factor: None,
+        truncate: None,
+    }));
+    let rope = config.init(&device);
+    let shape = [1, 2, 3, 8];
+    let x = random(shape, &device).require_grad();
+    let upstream = random(shape, &device);
+    let y = rope.apply(x.clone(), 2);
+    let grads = (y * upstream.clone()).sum().backward();
+    let got = x.grad(&grads).unwrap().into_data();
+    // d/dx sum(s R(a) x * g) = s R(-a) g.
+    let want = reference::rotate(&config, &floats(&upstream.into_data()), shape, &[2, 3, 4], -1.0);
+    assert_close(&got, &want, 2e-5);
+}
+for_each_backend!(gradient_is_the_inverse_rotation);
+
+fn record_holds_nothing_and_reload_rebuilds_tables(device: &Device) {
+    let config = RotaryEncodingConfig::new(8).with_layout(RopeLayout::Interleaved);
+    let rope = config.init(device);
+    let record = rope.clone().into_record();
+    assert!(record.is_empty(), "cos/sin tables must not be stored");
+    let bytes = record.into_bytes().unwrap();
+    let reloaded = config
+        .init(device)
+        .load_record(burn::store::ModuleRecord::from_bytes(bytes).unwrap());
+    let x = random([1, 1, 3, 8], device);
+    let want = rope.apply(x.clone(), 5).into_data();
+    assert_close(&reloaded.apply(x, 5).into_data(), &floats(&want), 0.0);
+}
+for_each_backend!(record_holds_nothing_and_reload_rebuilds_tables);
+
+#[test]
+fn moves_between_devices() {
+    let devices = crate::testing::devices();
+    let config = RotaryEncodingConfig::new(8);
+    let (_, first) = &devices[0];
+    let rope = config.init(first);
+    let x = TensorData::new((0..48).map(|v| v as f32 / 10.0).collect::<Vec<_>>(), [1, 2, 3, 8]);
+    let want = rope.apply(Tensor::from_data(x.clone(), first), 7).into_data();
+    for (name, device) in &devices {
+        let moved = rope.clone().to_device(device);
+        let got = moved.apply(Tensor::from_data(x.clone(), device), 7);
+        assert_eq!(got.device(), *device, "{name}");
+        assert_close(&got.into_data(), &floats(&want), 1e-5);
+    }
+}
+
+#[test]
+fn invalid_configs_name_field_and_value() {
+    let device = Device::default();
+    let cases = [
+        (RotaryEncodingConfig::new(15), "`rotary_dim` = 15: must be even"),
+        (RotaryEncodingConfig::new(16).with_rotary_dim(Some(32)), "`rotary_dim` = 32: must be at most head_dim (16)"),
+        (RotaryEncodingConfig::new(16).with_theta(-1.0), "`theta` = -1.0: must be a finite number above 1"),
+        (
+            RotaryEncodingConfig::new(4).with_scaling(Some(RopeScaling::Dynamic {
+                factor: 2.0,
+                original_max_position_embeddings: 8,
+            }))
+            .with_rotary_dim(Some(2)),
+            "`rotary_dim` = 2: must be at least 4 for dynamic NTK scaling",
+        ),
+    ];
+    for (config, want) in cases {
+        let err = config.try_init(&device).unwrap_err().to_string();
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+fn invalid_inputs_are_errors(device: &Device) {
+    let rope = RotaryEncodingConfig::new(8).init(device);
+    let err = rope.try_apply(random([1, 1, 2, 6], device), 0).unwrap_err().to_string();
+    assert!(err.contains("`x.dims()[3]` = 6: must be at least rotary_dim (8)"), "{err}");
+    let negative = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, -3], [2]), device);
+    let err = rope.try_angles_at(negative).unwrap_err().to_string();
+    assert!(err.contains("`positions` = -3: must be non-negative"), "{err}");
+    let angles = rope.try_angles(0, 3).unwrap();
+    let err = angles.try_apply(random([1, 1, 2, 8], device)).unwrap_err().to_string();
+    assert!(err.contains("must equal the number of positions (3)"), "{err}");
+}
+for_each_backend!(invalid_inputs_are_errors);
+
+/// Strategies shared by the property tests: small shapes, even rotary widths.
+fn rope_setup() -> impl Strategy<Value = (RotaryEncodingConfig, [usize; 4], usize)> {
+    (1usize..3, 1usize..4, 1usize..6, 1usize..5, 0usize..3, any::<bool>(), 0usize..5000).prop_map(
+        |(batch, heads, seq, half_pairs, extra, interleaved, offset)| {
+            let rotary_dim = 2 * half_pairs;
+            let layout = if interleaved { RopeLayout::Interleaved } else { RopeLayout::Half };
+            let config = RotaryEncodingConfig::new(rotary_dim + extra)
+                .with_rotary_dim(Some(rotary_dim))
+                .with_layout(layout);
+            (config, [batch, heads, seq, rotary_dim + extra], offset)
+        },
+    )
+}
+
+fn property_cases() -> ProptestConfig {
+    // Every new shape compiles new kernels on WGPU: keep the count modest.
+    ProptestConfig::with_cases(24)
+}
+
+fn fast_path_equals_reference_and_keeps_norms(device: &Device) {
+    proptest!(property_cases(), |((config, shape, offset) in rope_setup(), seed in any::<u64>())| {
+        device.seed(seed);
+        let rope = config.init(device);
+        let x = random(shape, device);
+        let input = floats(&x.to_data());
+        let got = floats(&rope.apply(x, offset).into_data());
+        let positions: Vec<i64> = (offset as i64..(offset + shape[2]) as i64).collect();
+        let want = reference::rotate(&config, &input, shape, &positions, 1.0);
+        for (g, w) in got.iter().zip(&want) {
+            prop_assert!((g - w).abs() <= 2e-5, "fast {g} vs reference {w}");
+        }
+        // A rotation keeps the norm of every head vector.
+        for (row_in, row_out) in input.chunks(shape[3]).zip(got.chunks(shape[3])) {
+            let norm = |row: &[f32]| row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+            prop_assert!((norm(row_in) - norm(row_out)).abs() <= 1e-4 * (1.0 + norm(row_in)));
+        }
+    });
+}
+for_each_backend!(fast_path_equals_reference_and_keeps_norms);
+
+fn dot_product_depends_only_on_relative_position(device: &Device) {
+    proptest!(property_cases(), |((config, _, _) in rope_setup(), m in 0usize..3000, n in 0usize..3000, shift in 0usize..3000, seed in any::<u64>())| {
+        device.seed(seed);
+        let rope = config.init(device);
+        let q = random([1, 1, 1, config.head_dim], device);
+        let k = random([1, 1, 1, config.head_dim], device);
+        let score = |m: usize, n: usize| {
+            let q = rope.apply(q.clone(), m);
+            let k = rope.apply(k.clone(), n);
+            (q * k).sum().into_scalar::<f32>()
+        };
+        let (a, b) = (score(m, n), score(m + shift, n + shift));
+        prop_assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "q.k at ({m}, {n}) = {a}, shifted by {shift} = {b}");
+    });
+}
+for_each_backend!(dot_product_depends_only_on_relative_position);

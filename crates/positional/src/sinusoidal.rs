@@ -1,0 +1,268 @@
+//! Fixed sinusoidal position encodings.
+//!
+//! Vaswani et al., "Attention Is All You Need" (2017), section 3.5, and the tensor2tensor
+//! variant (`get_timing_signal_1d`) that places all sines before all cosines.
+
+use std::ops::Range;
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+
+use crate::error::{PositionalError, or_panic};
+
+/// How sines and cosines are arranged along the feature axis.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum SinusoidalLayout {
+    /// `PE[p, 2i] = sin(p / base^(2i/d))`, `PE[p, 2i+1] = cos(p / base^(2i/d))` (Vaswani et al.).
+    /// Needs an even `d_model`.
+    Interleaved,
+    /// `[sin(p w_0) .. sin(p w_{h-1}), cos(p w_0) .. cos(p w_{h-1})]` with `h = d/2` and
+    /// `w_i = base^(-i / (h - 1))` (tensor2tensor). An odd `d_model` gets one trailing zero column.
+    Tensor2Tensor,
+}
+
+/// Configuration of a [`SinusoidalEncoding`].
+#[derive(Config, Debug)]
+pub struct SinusoidalEncodingConfig {
+    /// Size of each position vector, the model width.
+    pub d_model: usize,
+    /// The base of the geometric progression of wavelengths. Defaults to 10000, the paper's value
+    /// (tensor2tensor calls it `max_timescale`).
+    #[config(default = "10000.0")]
+    pub max_timescale: f64,
+    /// Arrangement of sines and cosines. Defaults to [`SinusoidalLayout::Interleaved`].
+    #[config(default = "SinusoidalLayout::Interleaved")]
+    pub layout: SinusoidalLayout,
+    /// Number of positions precomputed at init. Positions past it are computed when asked for,
+    /// never refused. Defaults to 5000, as Burn's `PositionalEncoding`.
+    #[config(default = "5000")]
+    pub max_sequence_length: usize,
+}
+
+impl SinusoidalEncodingConfig {
+    /// Checks the configuration without building anything.
+    pub fn validate(&self) -> Result<(), PositionalError> {
+        if self.d_model == 0 {
+            return Err(PositionalError::config("d_model", self.d_model, "must be at least 1"));
+        }
+        if !(self.max_timescale.is_finite() && self.max_timescale > 0.0) {
+            return Err(PositionalError::config(
+                "max_timescale",
+                self.max_timescale,
+                "must be a positive finite number",
+            ));
+        }
+        match self.layout {
+            SinusoidalLayout::Interleaved if !self.d_model.is_multiple_of(2) => Err(PositionalError::config(
+                "d_model",
+                self.d_model,
+                "must be even for the interleaved layout (sin/cos pairs)",
+            )),
+            SinusoidalLayout::Tensor2Tensor if self.d_model < 2 => Err(PositionalError::config(
+                "d_model",
+                self.d_model,
+                "must be at least 2 for the tensor2tensor layout",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Builds the module, with its table of the first `max_sequence_length` positions computed in
+    /// f64 on the host.
+    pub fn try_init(&self, device: &Device) -> Result<SinusoidalEncoding, PositionalError> {
+        self.validate()?;
+        let table = rows_tensor(self, 0..self.max_sequence_length, device);
+        Ok(SinusoidalEncoding {
+            table,
+            config: self.clone(),
+        })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init); the panic message is the error's text.
+    pub fn init(&self, device: &Device) -> SinusoidalEncoding {
+        or_panic(self.try_init(device))
+    }
+}
+
+/// Adds fixed sinusoids to token embeddings.
+///
+/// The table is computed, not learned: records hold nothing for it, and loading rebuilds it from
+/// the config.
+#[derive(Module, Debug)]
+pub struct SinusoidalEncoding {
+    /// `[max_sequence_length, d_model]`, rows for positions `0..max_sequence_length`.
+    table: Tensor<2>,
+    #[module(skip)]
+    config: SinusoidalEncodingConfig,
+}
+
+impl SinusoidalEncoding {
+    /// The configuration this module was built from.
+    pub fn config(&self) -> &SinusoidalEncodingConfig {
+        &self.config
+    }
+
+    /// Returns `x + PE[offset .. offset + seq]`.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
+        let [_, seq, d_model] = x.dims();
+        if d_model != self.config.d_model {
+            return Err(PositionalError::input(
+                "x.dims()[2]",
+                d_model,
+                format!("must equal d_model ({})", self.config.d_model),
+            ));
+        }
+        if seq == 0 {
+            return Ok(x);
+        }
+        let table = self.table_on(offset..offset + seq, &x.device());
+        Ok(x + table.unsqueeze::<3>())
+    }
+
+    /// Panicking form of [`try_forward`](Self::try_forward).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn forward(&self, x: Tensor<3>, offset: usize) -> Tensor<3> {
+        or_panic(self.try_forward(x, offset))
+    }
+
+    /// The encodings of `positions`, `[positions.len(), d_model]`, on this module's device.
+    ///
+    /// Rows inside the precomputed table are sliced from it; any other range is computed in f64 on
+    /// the host, so positions are unbounded.
+    pub fn table(&self, positions: Range<usize>) -> Tensor<2> {
+        self.table_on(positions, &self.table.device())
+    }
+
+    fn table_on(&self, positions: Range<usize>, device: &Device) -> Tensor<2> {
+        if positions.end <= self.config.max_sequence_length && positions.start < positions.end {
+            self.table.clone().slice([positions]).to_device(device)
+        } else {
+            rows_tensor(&self.config, positions, device)
+        }
+    }
+}
+
+fn rows_tensor(config: &SinusoidalEncodingConfig, positions: Range<usize>, device: &Device) -> Tensor<2> {
+    let rows = positions.len();
+    let data = sinusoid_rows(config, positions);
+    Tensor::from_data(TensorData::new(data, [rows, config.d_model]), device)
+}
+
+/// The encodings of `positions`, row-major `[positions.len(), d_model]`, computed in f64 and
+/// rounded once to f32.
+///
+/// This is also the slow reference the module is tested against: it follows the formulas in the
+/// docs of [`SinusoidalLayout`] one element at a time.
+pub fn sinusoid_rows(config: &SinusoidalEncodingConfig, positions: Range<usize>) -> Vec<f32> {
+    let d = config.d_model;
+    let mut out = Vec::with_capacity(positions.len() * d);
+    match config.layout {
+        SinusoidalLayout::Interleaved => {
+            let inv_freq: Vec<f64> = (0..d / 2)
+                .map(|i| config.max_timescale.powf(-((2 * i) as f64) / d as f64))
+                .collect();
+            for p in positions {
+                for &w in &inv_freq {
+                    let angle = p as f64 * w;
+                    out.push(angle.sin() as f32);
+                    out.push(angle.cos() as f32);
+                }
+            }
+        }
+        SinusoidalLayout::Tensor2Tensor => {
+            let half = d / 2;
+            // tensor2tensor divides by (half - 1); a single frequency would divide by zero.
+            let increment = config.max_timescale.ln() / (half.max(2) - 1) as f64;
+            let inv_freq: Vec<f64> = (0..half).map(|i| (-(i as f64) * increment).exp()).collect();
+            for p in positions {
+                out.extend(inv_freq.iter().map(|w| (p as f64 * w).sin() as f32));
+                out.extend(inv_freq.iter().map(|w| (p as f64 * w).cos() as f32));
+                if !d.is_multiple_of(2) {
+                    out.push(0.0);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{assert_close, for_each_backend};
+
+    fn worked_example(device: &Device) {
+        // The seeds' worked example: d = 8, position 2.
+        let encoding = SinusoidalEncodingConfig::new(8).init(device);
+        let row = encoding.table(2..3);
+        let want = [0.9093, -0.4161, 0.1987, 0.9801, 0.0200, 0.9998, 0.0020, 0.9999];
+        assert_close(&row.into_data(), &want, 5e-5);
+    }
+    for_each_backend!(worked_example);
+
+    fn forward_adds_table_at_offset(device: &Device) {
+        let config = SinusoidalEncodingConfig::new(6).with_max_sequence_length(8);
+        let encoding = config.init(device);
+        let x = Tensor::<3>::ones([2, 3, 6], device);
+        // Offset 7 straddles the end of the 8-row table: rows 7, 8, 9.
+        let y = encoding.forward(x, 7);
+        let rows = sinusoid_rows(&config, 7..10);
+        let want: Vec<f32> = rows.iter().chain(rows.iter()).map(|v| v + 1.0).collect();
+        assert_close(&y.into_data(), &want, 1e-6);
+    }
+    for_each_backend!(forward_adds_table_at_offset);
+
+    fn far_positions_match_f64(device: &Device) {
+        let config = SinusoidalEncodingConfig::new(16).with_max_sequence_length(4);
+        let encoding = config.init(device);
+        let got = encoding.table(131_070..131_072).into_data();
+        let want: Vec<f32> = (131_070..131_072usize)
+            .flat_map(|p| {
+                (0..8).flat_map(move |i| {
+                    let angle = p as f64 / 10000f64.powf(2.0 * i as f64 / 16.0);
+                    [angle.sin() as f32, angle.cos() as f32]
+                })
+            })
+            .collect();
+        assert_close(&got, &want, 1e-6);
+    }
+    for_each_backend!(far_positions_match_f64);
+
+    #[test]
+    fn tensor2tensor_odd_width_pads_one_zero() {
+        let config = SinusoidalEncodingConfig::new(5).with_layout(SinusoidalLayout::Tensor2Tensor);
+        let row = sinusoid_rows(&config, 3..4);
+        let w1 = 10000f64.powf(-1.0);
+        let want = [3f64.sin(), (3.0 * w1).sin(), 3f64.cos(), (3.0 * w1).cos(), 0.0];
+        for (got, want) in row.iter().zip(want) {
+            assert!((*got as f64 - want).abs() < 1e-7, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_configs_naming_the_field() {
+        let device = Device::default();
+        let err = SinusoidalEncodingConfig::new(7).try_init(&device).unwrap_err();
+        assert!(err.to_string().contains("`d_model` = 7"), "{err}");
+        let err = SinusoidalEncodingConfig::new(8)
+            .with_max_timescale(0.0)
+            .try_init(&device)
+            .unwrap_err();
+        assert!(err.to_string().contains("`max_timescale` = 0.0"), "{err}");
+    }
+
+    fn wrong_width_is_an_error(device: &Device) {
+        let encoding = SinusoidalEncodingConfig::new(8).init(device);
+        let err = encoding.try_forward(Tensor::zeros([1, 2, 6], device), 0).unwrap_err();
+        assert!(err.to_string().contains("must equal d_model (8)"), "{err}");
+    }
+    for_each_backend!(wrong_width_is_an_error);
+}

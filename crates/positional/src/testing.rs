@@ -1,0 +1,72 @@
+//! Test helpers: one test body, every enabled backend (after candle's `test_device!`).
+
+use burn::tensor::{Device, TensorData};
+
+/// The devices of the backends this build enables, by name.
+#[allow(deprecated)] // Burn marks ndarray and tch deprecated; they are still backends users run.
+pub fn devices() -> Vec<(&'static str, Device)> {
+    let mut devices = Vec::new();
+    #[cfg(feature = "ndarray")]
+    devices.push(("ndarray", Device::ndarray()));
+    #[cfg(feature = "flex")]
+    devices.push(("flex", Device::flex()));
+    #[cfg(feature = "wgpu")]
+    devices.push(("wgpu", Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)));
+    #[cfg(feature = "tch")]
+    devices.push(("tch", Device::libtorch()));
+    devices
+}
+
+/// The device of the backend called `name`.
+pub fn device(name: &str) -> Device {
+    devices()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("backend {name} is not enabled"))
+        .1
+}
+
+/// Turns `fn name(device: &Device)` into one `#[test]` per enabled backend: `name::ndarray`,
+/// `name::flex`, `name::wgpu`, `name::tch`.
+macro_rules! for_each_backend {
+    ($name:ident) => {
+        mod $name {
+            #[cfg(feature = "ndarray")]
+            #[test]
+            fn ndarray() {
+                super::$name(&$crate::testing::device("ndarray"))
+            }
+            #[cfg(feature = "flex")]
+            #[test]
+            fn flex() {
+                super::$name(&$crate::testing::device("flex"))
+            }
+            #[cfg(feature = "wgpu")]
+            #[test]
+            fn wgpu() {
+                super::$name(&$crate::testing::device("wgpu"))
+            }
+            #[cfg(feature = "tch")]
+            #[test]
+            fn tch() {
+                super::$name(&$crate::testing::device("tch"))
+            }
+        }
+    };
+}
+pub(crate) use for_each_backend;
+
+/// Reads a float tensor's data as f32.
+pub fn floats(data: &TensorData) -> Vec<f32> {
+    data.clone().convert::<f32>().try_to_vec::<f32>().expect("float data")
+}
+
+/// Asserts `|got - want| <= atol` elementwise, naming the first element that is not.
+#[track_caller]
+pub fn assert_close(got: &TensorData, want: &[f32], atol: f32) {
+    let got = floats(got);
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= atol, "element {i}: got {g}, want {w} (atol {atol})");
+    }
+}

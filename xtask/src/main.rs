@@ -1,0 +1,49 @@
+//! Project automation: `cargo xtask <command>`.
+//!
+//! - `test-backends [--backend NAME]...`: unit tests, then the conformance suite on every backend,
+//!   printed as a matrix.
+
+mod libtorch;
+mod test_backends;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use xshell::Shell;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    let sh = Shell::new()?;
+    sh.change_dir(project_root());
+    match command.as_str() {
+        "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
+        "" | "help" | "--help" | "-h" => {
+            println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
+            Ok(())
+        }
+        other => bail!("unknown command {other:?}; try `cargo xtask help`"),
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+/// Where cargo puts the workspace's build: `CARGO_TARGET_DIR`, else `target/` in the root.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+}
+
+/// Reads an environment variable that must be valid UTF-8 when present.
+fn env_path(name: &str) -> anyhow::Result<Option<PathBuf>> {
+    match std::env::var(name) {
+        Ok(value) => Ok(Some(PathBuf::from(value))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {name}")),
+    }
+}

@@ -1,0 +1,244 @@
+//! `cargo xtask test-backends`: one build holding every backend, its unit tests, then the
+//! conformance suite once per backend (each in its own process, so one backend that crashes cannot
+//! take the others down), printed as a case x backend matrix.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use xshell::{Shell, cmd};
+
+use crate::libtorch::TorchVenv;
+
+const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
+
+/// Every backend is compiled in, whatever `--backend` says: one feature set means one build of
+/// Burn, where each new set costs tens of minutes.
+const FEATURES: &str = "conformance/ndarray,conformance/flex,conformance/wgpu,conformance/tch,positional/autodiff";
+
+pub struct TestBackends {
+    backends: Vec<&'static str>,
+}
+
+/// One line of the conformance binary's output.
+struct CaseLine {
+    status: String,
+    max_error: String,
+    detail: String,
+}
+
+impl TestBackends {
+    pub fn parse(args: &[String]) -> anyhow::Result<Self> {
+        let mut backends = Vec::new();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--backend" => {
+                    let name = args.next().context("--backend needs a name")?;
+                    let Some(known) = BACKENDS.iter().find(|b| *b == name) else {
+                        bail!("unknown backend {name:?}; known: {}", BACKENDS.join(", "));
+                    };
+                    backends.push(*known);
+                }
+                other => bail!("unknown argument {other:?}; usage: test-backends [--backend NAME]..."),
+            }
+        }
+        if backends.is_empty() {
+            backends = BACKENDS.to_vec();
+        }
+        Ok(Self { backends })
+    }
+
+    pub fn run(&self, sh: &Shell) -> anyhow::Result<()> {
+        let started = Instant::now();
+        check_vulkan();
+        let torch = TorchVenv::provision(sh)?;
+        let _env = torch.activate(sh);
+
+        let build_started = Instant::now();
+        cmd!(sh, "cargo build --release --workspace --exclude xtask --all-targets --features {FEATURES}")
+            .run()
+            .context("building the workspace with every backend")?;
+        let build_time = build_started.elapsed();
+
+        let tests_started = Instant::now();
+        let unit_tests = cmd!(sh, "cargo test --release --workspace --exclude xtask --features {FEATURES}")
+            .run()
+            .is_ok();
+        let tests_time = tests_started.elapsed();
+
+        let suite_started = Instant::now();
+        let dirs = case_dirs()?;
+        let binary = crate::target_dir().join("release/conformance");
+        let mut matrix: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
+        let mut broken_backends = Vec::new();
+        for backend in &self.backends {
+            eprintln!("xtask: conformance on {backend}");
+            match run_suite(sh, &binary, backend, &dirs) {
+                Ok(cases) => {
+                    for (name, line) in cases {
+                        matrix.entry(name).or_default().insert(backend, line);
+                    }
+                }
+                Err(reason) => broken_backends.push((*backend, reason)),
+            }
+        }
+        let suite_time = suite_started.elapsed();
+
+        let counts = print_matrix(&self.backends, &matrix, &broken_backends);
+        println!();
+        println!("cases from: {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "));
+        println!(
+            "time: build {:.0}s, unit tests {:.0}s, conformance {:.0}s, total {:.0}s",
+            build_time.as_secs_f64(),
+            tests_time.as_secs_f64(),
+            suite_time.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
+        println!("unit tests (cargo test, every backend): {}", if unit_tests { "passed" } else { "FAILED" });
+        if counts.pending > 0 {
+            println!("{} (case, backend) pairs pending: their crate is not built yet", counts.pending);
+        }
+        println!("{} passed, {} failed", counts.passed, counts.failed);
+        if !unit_tests || counts.failed > 0 || !broken_backends.is_empty() {
+            bail!("test-backends failed");
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    passed: usize,
+    failed: usize,
+    pending: usize,
+}
+
+/// The shared reference cases (or `POSITIONAL_CASES_DIR` in their place), then the project's own.
+fn case_dirs() -> anyhow::Result<Vec<PathBuf>> {
+    let root = crate::project_root();
+    let shared = crate::env_path("POSITIONAL_CASES_DIR")?.unwrap_or_else(|| root.join("../shared/conformance/cases"));
+    if !shared.is_dir() {
+        bail!("case directory {} does not exist (set POSITIONAL_CASES_DIR)", shared.display());
+    }
+    Ok(vec![shared, root.join("crates/conformance/cases")])
+}
+
+fn run_suite(
+    sh: &Shell,
+    binary: &Path,
+    backend: &str,
+    dirs: &[PathBuf],
+) -> Result<BTreeMap<String, CaseLine>, String> {
+    let mut args = vec!["--backend".to_owned(), backend.to_owned()];
+    for dir in dirs {
+        args.push("--cases".into());
+        args.push(dir.display().to_string());
+    }
+    let output = cmd!(sh, "{binary} {args...}")
+        .ignore_status()
+        .quiet()
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", binary.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut cases = BTreeMap::new();
+    let mut ready = false;
+    for line in stdout.lines() {
+        let fields: Vec<&str> = line.splitn(5, '\t').collect();
+        match fields.as_slice() {
+            ["backend", _, "ready", ..] => ready = true,
+            ["backend", _, _, reason] => return Err((*reason).to_owned()),
+            ["case", name, status, max_error, detail] => {
+                let line = CaseLine {
+                    status: (*status).to_owned(),
+                    max_error: (*max_error).to_owned(),
+                    detail: (*detail).to_owned(),
+                };
+                cases.insert((*name).to_owned(), line);
+            }
+            _ => {}
+        }
+    }
+    if !ready || !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        return Err(format!("exited with {} before finishing: {last}", output.status));
+    }
+    Ok(cases)
+}
+
+fn print_matrix(
+    backends: &[&'static str],
+    matrix: &BTreeMap<String, BTreeMap<&str, CaseLine>>,
+    broken: &[(&str, String)],
+) -> Counts {
+    let mut counts = Counts::default();
+    let width = matrix.keys().map(String::len).max().unwrap_or(4).max(4);
+    println!();
+    print!("{:width$}", "case");
+    for backend in backends {
+        print!("  {backend:>9}");
+    }
+    println!();
+    let mut failures = Vec::new();
+    for (name, row) in matrix {
+        print!("{name:width$}");
+        for backend in backends {
+            let cell = match row.get(backend) {
+                Some(line) if line.status == "pass" => {
+                    counts.passed += 1;
+                    "pass".to_owned()
+                }
+                Some(line) if line.status == "pending" => {
+                    counts.pending += 1;
+                    "pending".to_owned()
+                }
+                Some(line) => {
+                    counts.failed += 1;
+                    failures.push(format!("{name} on {backend}: {}", line.detail));
+                    "FAIL".to_owned()
+                }
+                None => {
+                    counts.failed += 1;
+                    failures.push(format!("{name} on {backend}: not run (backend did not finish)"));
+                    "FAIL".to_owned()
+                }
+            };
+            print!("  {cell:>9}");
+        }
+        println!();
+    }
+    println!();
+    for backend in backends {
+        let worst = matrix
+            .values()
+            .filter_map(|row| row.get(backend))
+            .filter_map(|line| line.max_error.parse::<f64>().ok())
+            .fold(0.0f64, f64::max);
+        println!("largest |got - want| on {backend}: {worst:.3e}");
+    }
+    for (backend, reason) in broken {
+        println!("backend {backend} could not run: {reason}");
+    }
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for failure in failures {
+            println!("  {failure}");
+        }
+    }
+    counts
+}
+
+/// WGPU needs a Vulkan driver; on a machine without a GPU that is Mesa's lavapipe. Its absence is
+/// reported here and shows as a failing backend in the matrix, never as a skip.
+fn check_vulkan() {
+    let has_icd = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|dir| {
+        std::fs::read_dir(dir).is_ok_and(|entries| entries.filter_map(Result::ok).next().is_some())
+    });
+    if !has_icd {
+        eprintln!(
+            "xtask: no Vulkan driver found; WGPU will fail. On Debian: apt-get install -y mesa-vulkan-drivers libvulkan1"
+        );
+    }
+}
