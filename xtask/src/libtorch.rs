@@ -20,24 +20,37 @@ impl TorchVenv {
     /// The venv at `POSITIONAL_TORCH_VENV`, else `<target>/torch-venv`, created and filled on
     /// first use (about 3 GB of wheels; a few minutes).
     pub fn provision(sh: &Shell) -> anyhow::Result<Self> {
-        let venv = crate::env_path("POSITIONAL_TORCH_VENV")?.unwrap_or_else(|| crate::target_dir().join("torch-venv"));
+        let venv = crate::env_path("POSITIONAL_TORCH_VENV")?
+            .unwrap_or_else(|| crate::target_dir().join("torch-venv"));
         let python = venv.join("bin/python3");
         if !has_torch(sh, &python) {
-            eprintln!("xtask: installing torch=={TORCH_VERSION} into {} (first run only)", venv.display());
+            eprintln!(
+                "xtask: installing torch=={TORCH_VERSION} into {} (first run only)",
+                venv.display()
+            );
             let system_python = find_system_python(sh)?;
             cmd!(sh, "{system_python} -m venv {venv}")
                 .run()
                 .context("creating the PyTorch venv (on Debian: apt-get install python3-venv)")?;
-            cmd!(sh, "{python} -m pip install --quiet --disable-pip-version-check torch=={TORCH_VERSION}")
-                .run()
-                .context("installing torch into the venv")?;
+            cmd!(
+                sh,
+                "{python} -m pip install --quiet --disable-pip-version-check torch=={TORCH_VERSION}"
+            )
+            .run()
+            .context("installing torch into the venv")?;
             if !has_torch(sh, &python) {
-                bail!("torch {TORCH_VERSION} is still not importable from {}", python.display());
+                bail!(
+                    "torch {TORCH_VERSION} is still not importable from {}",
+                    python.display()
+                );
             }
         }
-        let torch_dir = cmd!(sh, "{python} -c 'import os, torch; print(os.path.dirname(torch.__file__))'")
-            .quiet()
-            .read()?;
+        let torch_dir = cmd!(
+            sh,
+            "{python} -c 'import os, torch; print(os.path.dirname(torch.__file__))'"
+        )
+        .quiet()
+        .read()?;
         Ok(Self {
             bin: venv.join("bin"),
             lib: Path::new(torch_dir.trim()).join("lib"),
@@ -54,7 +67,10 @@ impl TorchVenv {
         vec![
             sh.push_env("LIBTORCH_USE_PYTORCH", "1"),
             sh.push_env("PATH", join(&self.bin, sh.var_os("PATH"))),
-            sh.push_env("LD_LIBRARY_PATH", join(&self.lib, sh.var_os("LD_LIBRARY_PATH"))),
+            sh.push_env(
+                "LD_LIBRARY_PATH",
+                join(&self.lib, sh.var_os("LD_LIBRARY_PATH")),
+            ),
         ]
     }
 }
@@ -70,9 +86,16 @@ fn has_torch(sh: &Shell, python: &Path) -> bool {
 
 fn find_system_python(sh: &Shell) -> anyhow::Result<String> {
     for candidate in ["python3.11", "python3.12", "python3.10", "python3"] {
-        if cmd!(sh, "{candidate} -c 'import venv'").quiet().ignore_stderr().run().is_ok() {
+        if cmd!(sh, "{candidate} -c 'import venv'")
+            .quiet()
+            .ignore_stderr()
+            .run()
+            .is_ok()
+        {
             return Ok(candidate.to_owned());
         }
     }
-    bail!("no Python 3 with the venv module found (on Debian: apt-get install python3 python3-venv)")
+    bail!(
+        "no Python 3 with the venv module found (on Debian: apt-get install python3 python3-venv)"
+    )
 }

@@ -2,7 +2,9 @@
 //!
 //! - `test-backends [--backend NAME]...`: unit tests, then the conformance suite on every backend,
 //!   printed as a matrix.
+//! - `bench [ARGS]...`: the benchmarks on every backend.
 
+mod bench;
 mod libtorch;
 mod test_backends;
 
@@ -19,8 +21,10 @@ fn main() -> anyhow::Result<()> {
     sh.change_dir(project_root());
     match command.as_str() {
         "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
+        "bench" => bench::run(&sh, &rest),
         "" | "help" | "--help" | "-h" => {
             println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
+            println!("cargo xtask bench [divan arguments, e.g. a name filter]");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
@@ -29,7 +33,10 @@ fn main() -> anyhow::Result<()> {
 
 /// The workspace root: the parent of this crate's directory.
 fn project_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
 }
 
 /// Where cargo puts the workspace's build: `CARGO_TARGET_DIR`, else `target/` in the root.

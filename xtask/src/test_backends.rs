@@ -14,8 +14,18 @@ use crate::libtorch::TorchVenv;
 const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 
 /// Every backend is compiled in, whatever `--backend` says: one feature set means one build of
-/// Burn, where each new set costs tens of minutes.
-const FEATURES: &str = "conformance/ndarray,conformance/flex,conformance/wgpu,conformance/tch,positional/autodiff";
+/// Burn, where each new set costs tens of minutes. `cargo bench` uses the same set.
+pub fn features() -> String {
+    let mut features = vec!["positional/autodiff".to_owned()];
+    for package in ["conformance", "benches"] {
+        features.extend(
+            BACKENDS
+                .iter()
+                .map(|backend| format!("{package}/{backend}")),
+        );
+    }
+    features.join(",")
+}
 
 pub struct TestBackends {
     backends: Vec<&'static str>,
@@ -41,7 +51,9 @@ impl TestBackends {
                     };
                     backends.push(*known);
                 }
-                other => bail!("unknown argument {other:?}; usage: test-backends [--backend NAME]..."),
+                other => {
+                    bail!("unknown argument {other:?}; usage: test-backends [--backend NAME]...")
+                }
             }
         }
         if backends.is_empty() {
@@ -56,16 +68,23 @@ impl TestBackends {
         let torch = TorchVenv::provision(sh)?;
         let _env = torch.activate(sh);
 
+        let features = features();
         let build_started = Instant::now();
-        cmd!(sh, "cargo build --release --workspace --exclude xtask --all-targets --features {FEATURES}")
-            .run()
-            .context("building the workspace with every backend")?;
+        cmd!(
+            sh,
+            "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
+        )
+        .run()
+        .context("building the workspace with every backend")?;
         let build_time = build_started.elapsed();
 
         let tests_started = Instant::now();
-        let unit_tests = cmd!(sh, "cargo test --release --workspace --exclude xtask --features {FEATURES}")
-            .run()
-            .is_ok();
+        let unit_tests = cmd!(
+            sh,
+            "cargo test --release --workspace --exclude xtask --features {features}"
+        )
+        .run()
+        .is_ok();
         let tests_time = tests_started.elapsed();
 
         let suite_started = Instant::now();
@@ -88,7 +107,13 @@ impl TestBackends {
 
         let counts = print_matrix(&self.backends, &matrix, &broken_backends);
         println!();
-        println!("cases from: {}", dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "));
+        println!(
+            "cases from: {}",
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         println!(
             "time: build {:.0}s, unit tests {:.0}s, conformance {:.0}s, total {:.0}s",
             build_time.as_secs_f64(),
@@ -96,9 +121,15 @@ impl TestBackends {
             suite_time.as_secs_f64(),
             started.elapsed().as_secs_f64()
         );
-        println!("unit tests (cargo test, every backend): {}", if unit_tests { "passed" } else { "FAILED" });
+        println!(
+            "unit tests (cargo test, every backend): {}",
+            if unit_tests { "passed" } else { "FAILED" }
+        );
         if counts.pending > 0 {
-            println!("{} (case, backend) pairs pending: their crate is not built yet", counts.pending);
+            println!(
+                "{} (case, backend) pairs pending: their crate is not built yet",
+                counts.pending
+            );
         }
         println!("{} passed, {} failed", counts.passed, counts.failed);
         if !unit_tests || counts.failed > 0 || !broken_backends.is_empty() {
@@ -118,9 +149,13 @@ struct Counts {
 /// The shared reference cases (or `POSITIONAL_CASES_DIR` in their place), then the project's own.
 fn case_dirs() -> anyhow::Result<Vec<PathBuf>> {
     let root = crate::project_root();
-    let shared = crate::env_path("POSITIONAL_CASES_DIR")?.unwrap_or_else(|| root.join("../shared/conformance/cases"));
+    let shared = crate::env_path("POSITIONAL_CASES_DIR")?
+        .unwrap_or_else(|| root.join("../shared/conformance/cases"));
     if !shared.is_dir() {
-        bail!("case directory {} does not exist (set POSITIONAL_CASES_DIR)", shared.display());
+        bail!(
+            "case directory {} does not exist (set POSITIONAL_CASES_DIR)",
+            shared.display()
+        );
     }
     Ok(vec![shared, root.join("crates/conformance/cases")])
 }
@@ -162,8 +197,15 @@ fn run_suite(
     }
     if !ready || !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("exited with {} before finishing: {last}", output.status));
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        return Err(format!(
+            "exited with {} before finishing: {last}",
+            output.status
+        ));
     }
     Ok(cases)
 }
@@ -201,7 +243,9 @@ fn print_matrix(
                 }
                 None => {
                     counts.failed += 1;
-                    failures.push(format!("{name} on {backend}: not run (backend did not finish)"));
+                    failures.push(format!(
+                        "{name} on {backend}: not run (backend did not finish)"
+                    ));
                     "FAIL".to_owned()
                 }
             };
@@ -233,9 +277,12 @@ fn print_matrix(
 /// WGPU needs a Vulkan driver; on a machine without a GPU that is Mesa's lavapipe. Its absence is
 /// reported here and shows as a failing backend in the matrix, never as a skip.
 fn check_vulkan() {
-    let has_icd = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|dir| {
-        std::fs::read_dir(dir).is_ok_and(|entries| entries.filter_map(Result::ok).next().is_some())
-    });
+    let has_icd = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"]
+        .iter()
+        .any(|dir| {
+            std::fs::read_dir(dir)
+                .is_ok_and(|entries| entries.filter_map(Result::ok).next().is_some())
+        });
     if !has_icd {
         eprintln!(
             "xtask: no Vulkan driver found; WGPU will fail. On Debian: apt-get install -y mesa-vulkan-drivers libvulkan1"

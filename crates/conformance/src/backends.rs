@@ -17,7 +17,12 @@ pub fn device(name: &str) -> Result<Device, String> {
         "wgpu" => Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)),
         #[cfg(feature = "tch")]
         "tch" => Ok(Device::libtorch()),
-        other if ALL.contains(&other) => Err(format!("this build does not enable the `{other}` feature")),
-        other => Err(format!("unknown backend {other:?}; known: {}", ALL.join(", "))),
+        other if ALL.contains(&other) => {
+            Err(format!("this build does not enable the `{other}` feature"))
+        }
+        other => Err(format!(
+            "unknown backend {other:?}; known: {}",
+            ALL.join(", ")
+        )),
     }
 }

@@ -36,13 +36,21 @@ pub struct Tolerance {
 impl Case {
     /// Reads one case file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let value: Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
         let Value::Object(json) = value else {
             return Err("the top level is not an object".into());
         };
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let name = json.get("name").and_then(Value::as_str).map(str::to_owned).unwrap_or(stem);
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = json
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or(stem);
         Ok(Self {
             path: path.to_owned(),
             name,
@@ -52,7 +60,8 @@ impl Case {
 
     /// Every `*.json` in `dir`, sorted by file name.
     pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>, String> {
-        let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read case directory {}: {e}", dir.display()))?;
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| format!("cannot read case directory {}: {e}", dir.display()))?;
         let mut files: Vec<PathBuf> = entries
             .filter_map(|entry| entry.ok().map(|e| e.path()))
             .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
@@ -68,7 +77,10 @@ impl Case {
 
     /// `expect_error`.
     pub fn expect_error(&self) -> bool {
-        self.json.get("expect_error").and_then(Value::as_bool).unwrap_or(false)
+        self.json
+            .get("expect_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
     }
 
     /// `config`.
@@ -92,7 +104,9 @@ impl Case {
     pub fn optional_tensor(&self, name: &str) -> Result<Option<CaseTensor>, String> {
         match self.json.get("inputs").and_then(|inputs| inputs.get(name)) {
             None => Ok(None),
-            Some(value) => tensor(value).map(Some).map_err(|e| format!("input `{name}`: {e}")),
+            Some(value) => tensor(value)
+                .map(Some)
+                .map_err(|e| format!("input `{name}`: {e}")),
         }
     }
 
@@ -112,18 +126,39 @@ impl Case {
 
     /// The `expected` object (empty when absent).
     pub fn expected(&self) -> Map<String, Value> {
-        self.json.get("expected").and_then(Value::as_object).cloned().unwrap_or_default()
+        self.json
+            .get("expected")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The tolerance for expected field `field`: its own entry in `tolerance.fields`, or the case's.
     pub fn tolerance(&self, field: &str) -> Tolerance {
         let tolerance = self.json.get("tolerance");
         let read = |value: Option<&Value>, default: Tolerance| Tolerance {
-            atol: value.and_then(|v| v.get("atol")).and_then(Value::as_f64).unwrap_or(default.atol),
-            rtol: value.and_then(|v| v.get("rtol")).and_then(Value::as_f64).unwrap_or(default.rtol),
+            atol: value
+                .and_then(|v| v.get("atol"))
+                .and_then(Value::as_f64)
+                .unwrap_or(default.atol),
+            rtol: value
+                .and_then(|v| v.get("rtol"))
+                .and_then(Value::as_f64)
+                .unwrap_or(default.rtol),
         };
-        let case = read(tolerance, Tolerance { atol: 1e-4, rtol: 1e-4 });
-        read(tolerance.and_then(|t| t.get("fields")).and_then(|f| f.get(field)), case)
+        let case = read(
+            tolerance,
+            Tolerance {
+                atol: 1e-4,
+                rtol: 1e-4,
+            },
+        );
+        read(
+            tolerance
+                .and_then(|t| t.get("fields"))
+                .and_then(|f| f.get(field)),
+            case,
+        )
     }
 }
 
@@ -132,7 +167,11 @@ pub fn tensor(value: &Value) -> Result<CaseTensor, String> {
     let shape = value
         .get("shape")
         .and_then(Value::as_array)
-        .and_then(|dims| dims.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<Vec<_>>>())
+        .and_then(|dims| {
+            dims.iter()
+                .map(|d| d.as_u64().map(|d| d as usize))
+                .collect::<Option<Vec<_>>>()
+        })
         .ok_or("`shape` must be a list of non-negative integers")?;
     let data = value
         .get("data")

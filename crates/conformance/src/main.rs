@@ -42,7 +42,9 @@ fn main() -> ExitCode {
             let (name, outcome) = match Case::load(&path) {
                 Ok(case) => {
                     let outcome = catch_unwind(AssertUnwindSafe(|| run_case(&case, &device)))
-                        .unwrap_or_else(|panic| Outcome::Fail(format!("panicked: {}", panic_message(&panic))));
+                        .unwrap_or_else(|panic| {
+                            Outcome::Fail(format!("panicked: {}", panic_message(&panic)))
+                        });
                     (case.name, outcome)
                 }
                 Err(message) => (path.display().to_string(), Outcome::Fail(message)),
@@ -65,7 +67,9 @@ fn parse_args() -> Result<(String, Vec<PathBuf>), String> {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--backend" => backend = Some(args.next().ok_or("--backend needs a name")?),
-            "--cases" => dirs.push(PathBuf::from(args.next().ok_or("--cases needs a directory")?)),
+            "--cases" => dirs.push(PathBuf::from(
+                args.next().ok_or("--cases needs a directory")?,
+            )),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -80,7 +84,9 @@ fn parse_args() -> Result<(String, Vec<PathBuf>), String> {
 fn start(backend: &str) -> Result<Device, String> {
     let device = backends::device(backend)?;
     let sum = catch_unwind(AssertUnwindSafe(|| {
-        Tensor::<1>::from_floats([1.0, 2.0], &device).sum().into_scalar::<f32>()
+        Tensor::<1>::from_floats([1.0, 2.0], &device)
+            .sum()
+            .into_scalar::<f32>()
     }))
     .map_err(|panic| format!("could not start: {}", panic_message(&panic)))?;
     if sum != 3.0 {

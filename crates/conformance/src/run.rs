@@ -2,10 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use attention::{
+    AttentionError, KvCache, LinearWeights, MultiHeadAttentionConfig, PositionalScheme,
+};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use positional::{
-    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout, RopeScaling, RotaryEncodingConfig,
-    SinusoidalEncodingConfig, SinusoidalLayout,
+    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout, RopeScaling,
+    RotaryEncodingConfig, SinusoidalEncodingConfig, SinusoidalLayout,
 };
 use serde_json::{Map, Value};
 
@@ -27,15 +30,21 @@ pub enum Outcome {
 
 /// Why a run stopped before comparing.
 enum Stop {
-    /// The crate returned its error: right for `expect_error` cases, a failure otherwise.
-    Crate(PositionalError),
+    /// A crate returned its error: right for `expect_error` cases, a failure otherwise.
+    Crate(String),
     /// The case file is not what the schema says.
     Case(String),
 }
 
 impl From<PositionalError> for Stop {
     fn from(error: PositionalError) -> Self {
-        Self::Crate(error)
+        Self::Crate(error.to_string())
+    }
+}
+
+impl From<AttentionError> for Stop {
+    fn from(error: AttentionError) -> Self {
+        Self::Crate(error.to_string())
     }
 }
 
@@ -56,7 +65,7 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         "learned" => run_learned(case, device, &mut checker),
         "rope" => run_rope(case, device, &mut checker),
         "alibi" => run_alibi(case, device, &mut checker),
-        "attention" => return Outcome::Pending("the attention crate is not built yet".into()),
+        "attention" => run_attention(case, device, &mut checker),
         other => return Outcome::Fail(format!("unknown kind {other:?}")),
     };
     match (result, case.expect_error()) {
@@ -89,7 +98,15 @@ impl<'a> Checker<'a> {
     }
 
     fn tensor(&mut self, field: &str, got: TensorData) {
-        let Some(want) = self.expected.get(field) else { return };
+        self.tensor_rows(field, field, got, None);
+    }
+
+    /// Compares `got` with expected `field`, only at the rows (leading dimensions) where
+    /// `rows[i]` is true; `label` names the comparison in messages.
+    fn tensor_rows(&mut self, label: &str, field: &str, got: TensorData, rows: Option<&[bool]>) {
+        let Some(want) = self.expected.get(field) else {
+            return;
+        };
         self.compared.insert(field.into(), ());
         let want = match crate::case::tensor(want) {
             Ok(want) => want,
@@ -97,18 +114,41 @@ impl<'a> Checker<'a> {
         };
         let shape = got.shape().to_vec();
         if shape != want.shape {
-            return self.failures.push(format!("`{field}` has shape {shape:?}, expected {:?}", want.shape));
+            return self.failures.push(format!(
+                "`{field}` has shape {shape:?}, expected {:?}",
+                want.shape
+            ));
         }
-        let got: Vec<f64> = got.convert::<f64>().try_to_vec::<f64>().expect("float data");
-        self.values(field, &got, &want.data);
+        let got: Vec<f64> = got
+            .convert::<f64>()
+            .try_to_vec::<f64>()
+            .expect("float data");
+        match rows {
+            None => self.values(label, &got, &want.data),
+            Some(rows) => {
+                let width = got.len() / rows.len().max(1);
+                let keep = |data: &[f64]| -> Vec<f64> {
+                    data.chunks(width)
+                        .zip(rows)
+                        .filter(|(_, keep)| **keep)
+                        .flat_map(|(row, _)| row.to_vec())
+                        .collect()
+                };
+                self.values(label, &keep(&got), &keep(&want.data));
+            }
+        }
     }
 
     fn scalar(&mut self, field: &str, got: f64) {
-        let Some(want) = self.expected.get(field) else { return };
+        let Some(want) = self.expected.get(field) else {
+            return;
+        };
         self.compared.insert(field.into(), ());
         match want.as_f64() {
             Some(want) => self.values(field, &[got], &[want]),
-            None => self.failures.push(format!("expected `{field}` is not a number")),
+            None => self
+                .failures
+                .push(format!("expected `{field}` is not a number")),
         }
     }
 
@@ -121,14 +161,18 @@ impl<'a> Checker<'a> {
             if !error.is_nan() {
                 self.max_error = self.max_error.max(error);
             }
-            let excess = if error.is_nan() { f64::INFINITY } else { error / allowed.max(f64::MIN_POSITIVE) };
+            let excess = if error.is_nan() {
+                f64::INFINITY
+            } else {
+                error / allowed.max(f64::MIN_POSITIVE)
+            };
             if !(error <= allowed) && worst.is_none_or(|(_, e, _)| excess > e) {
                 worst = Some((i, excess, error));
             }
         }
         if let Some((i, _, error)) = worst {
             self.failures.push(format!(
-                "`{field}`[{i}] = {} vs {} (|err| {error:.3e}, allowed {:.1e} + {:.1e}*|want|)",
+                "`{field}` (compared element {i}) = {} vs {} (|err| {error:.3e}, allowed {:.1e} + {:.1e}*|want|)",
                 got[i], want[i], tolerance.atol, tolerance.rtol
             ));
         }
@@ -138,7 +182,9 @@ impl<'a> Checker<'a> {
         let mut failures = self.failures;
         for field in self.expected.keys() {
             if !self.compared.contains_key(field) {
-                failures.push(format!("expected field `{field}` is not produced by this kind"));
+                failures.push(format!(
+                    "expected field `{field}` is not produced by this kind"
+                ));
             }
         }
         if failures.is_empty() {
@@ -153,18 +199,30 @@ impl<'a> Checker<'a> {
 
 fn float<const D: usize>(tensor: &CaseTensor, device: &Device) -> Result<Tensor<D>, String> {
     if tensor.shape.len() != D {
-        return Err(format!("rank {} where {D} was expected", tensor.shape.len()));
+        return Err(format!(
+            "rank {} where {D} was expected",
+            tensor.shape.len()
+        ));
     }
     let data: Vec<f32> = tensor.data.iter().map(|v| *v as f32).collect();
-    Ok(Tensor::from_data(TensorData::new(data, tensor.shape.clone()), device))
+    Ok(Tensor::from_data(
+        TensorData::new(data, tensor.shape.clone()),
+        device,
+    ))
 }
 
 fn int<const D: usize>(tensor: &CaseTensor, device: &Device) -> Result<Tensor<D, Int>, String> {
     if tensor.shape.len() != D {
-        return Err(format!("rank {} where {D} was expected", tensor.shape.len()));
+        return Err(format!(
+            "rank {} where {D} was expected",
+            tensor.shape.len()
+        ));
     }
     let data: Vec<i64> = tensor.data.iter().map(|v| *v as i64).collect();
-    Ok(Tensor::from_data(TensorData::new(data, tensor.shape.clone()), device))
+    Ok(Tensor::from_data(
+        TensorData::new(data, tensor.shape.clone()),
+        device,
+    ))
 }
 
 fn config_usize(config: &Map<String, Value>, field: &str) -> Result<usize, String> {
@@ -178,7 +236,9 @@ fn config_usize(config: &Map<String, Value>, field: &str) -> Result<usize, Strin
 fn config_f64(config: &Map<String, Value>, field: &str, default: f64) -> Result<f64, String> {
     match config.get(field) {
         None | Some(Value::Null) => Ok(default),
-        Some(value) => value.as_f64().ok_or_else(|| format!("config `{field}` must be a number")),
+        Some(value) => value
+            .as_f64()
+            .ok_or_else(|| format!("config `{field}` must be a number")),
     }
 }
 
@@ -211,9 +271,15 @@ fn run_sinusoidal(case: &Case, device: &Device, check: &mut Checker) -> Result<(
 
 fn run_learned(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
     let config = case.config();
-    let embedding = LearnedPositionalEmbeddingConfig::new(config_usize(config, "max_len")?, config_usize(config, "d_model")?)
-        .try_init_with_weight(float::<2>(&case.tensor("weight")?, device)?)?;
-    let y = embedding.try_forward(float::<3>(&case.tensor("x")?, device)?, case.usize("offset")?)?;
+    let embedding = LearnedPositionalEmbeddingConfig::new(
+        config_usize(config, "max_len")?,
+        config_usize(config, "d_model")?,
+    )
+    .try_init_with_weight(float::<2>(&case.tensor("weight")?, device)?)?;
+    let y = embedding.try_forward(
+        float::<3>(&case.tensor("x")?, device)?,
+        case.usize("offset")?,
+    )?;
     check.tensor("y", y.into_data());
     Ok(())
 }
@@ -230,7 +296,10 @@ fn rope_config(config: &Map<String, Value>) -> Result<RotaryEncodingConfig, Stop
         None | Some(Value::Null) => 2048,
         Some(_) => config_usize(config, "max_position_embeddings")?,
     };
-    let scaling = RopeScaling::from_huggingface(config.get("scaling").unwrap_or(&Value::Null), max_position_embeddings)?;
+    let scaling = RopeScaling::from_huggingface(
+        config.get("scaling").unwrap_or(&Value::Null),
+        max_position_embeddings,
+    )?;
     let rotary_dim = match config.get("rotary_dim") {
         None | Some(Value::Null) => None,
         Some(_) => Some(config_usize(config, "rotary_dim")?),
@@ -252,16 +321,24 @@ fn run_rope(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Sto
     let q = float::<4>(&case.tensor("q")?, &device)?.require_grad();
     let k = float::<4>(&case.tensor("k")?, &device)?.require_grad();
     let positions = case.tensor("positions")?;
-    let (q_out, k_out) = rope.try_forward_at(q.clone(), k.clone(), int::<1>(&positions, &device)?)?;
+    let (q_out, k_out) =
+        rope.try_forward_at(q.clone(), k.clone(), int::<1>(&positions, &device)?)?;
     let running_length = positions.data.iter().fold(0.0f64, |a, b| a.max(*b)) as usize + 1;
     let frequencies = rope.frequencies(running_length);
     check.tensor("q", q_out.to_data());
     check.tensor("k", k_out.to_data());
     let inv_freq = frequencies.inv_freq.len();
-    check.tensor("inv_freq", TensorData::new(frequencies.inv_freq, [inv_freq]));
+    check.tensor(
+        "inv_freq",
+        TensorData::new(frequencies.inv_freq, [inv_freq]),
+    );
     check.scalar("attention_scaling", frequencies.attention_scaling);
-    if let (Some(grad_q_out), Some(grad_k_out)) = (case.optional_tensor("grad_q_out")?, case.optional_tensor("grad_k_out")?) {
-        let loss = (q_out * float::<4>(&grad_q_out, &device)?).sum() + (k_out * float::<4>(&grad_k_out, &device)?).sum();
+    if let (Some(grad_q_out), Some(grad_k_out)) = (
+        case.optional_tensor("grad_q_out")?,
+        case.optional_tensor("grad_k_out")?,
+    ) {
+        let loss = (q_out * float::<4>(&grad_q_out, &device)?).sum()
+            + (k_out * float::<4>(&grad_k_out, &device)?).sum();
         let grads = loss.backward();
         let missing = || Stop::Case("no gradient reached the input".into());
         check.tensor("grad_q", q.grad(&grads).ok_or_else(missing)?.into_data());
@@ -278,5 +355,117 @@ fn run_alibi(case: &Case, device: &Device, check: &mut Checker) -> Result<(), St
     let bias = alibi.try_bias(case.usize("q_len")?, case.usize("k_len")?)?;
     check.tensor("slopes", alibi.slopes().into_data());
     check.tensor("bias", bias.into_data());
+    Ok(())
+}
+
+fn attention_config(case: &Case) -> Result<MultiHeadAttentionConfig, Stop> {
+    let config = case.config();
+    let d_model = config_usize(config, "d_model")?;
+    let n_heads = config_usize(config, "n_heads")?;
+    let positional = config
+        .get("positional")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let scheme = match positional
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("none")
+    {
+        "none" => PositionalScheme::None,
+        "alibi" => PositionalScheme::Alibi {
+            max_bias: config_f64(&positional, "max_bias", 8.0)?,
+        },
+        "rope" => {
+            let mut rope = positional.clone();
+            rope.entry("head_dim")
+                .or_insert_with(|| Value::from(d_model / n_heads.max(1)));
+            PositionalScheme::Rope(rope_config(&rope)?)
+        }
+        other => return Err(Stop::Case(format!("unknown positional kind {other:?}"))),
+    };
+    Ok(MultiHeadAttentionConfig::new(d_model, n_heads)
+        .with_n_kv_heads(Some(config_usize(config, "n_kv_heads")?))
+        .with_causal(
+            config
+                .get("causal")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        )
+        .with_bias(config.get("bias").and_then(Value::as_bool).unwrap_or(false))
+        .with_positional(scheme))
+}
+
+fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = attention_config(case)?;
+    let device = device.clone().autodiff();
+    let linear = |name: &str| -> Result<LinearWeights, Stop> {
+        let bias = case.optional_tensor(&format!("b_{name}"))?;
+        Ok(LinearWeights {
+            weight: float::<2>(&case.tensor(&format!("w_{name}"))?, &device)?,
+            bias: bias.map(|b| float::<1>(&b, &device)).transpose()?,
+        })
+    };
+    let module = config.try_init(&device)?.try_with_pytorch_weights(
+        linear("q")?,
+        linear("k")?,
+        linear("v")?,
+        linear("o")?,
+    )?;
+    let x = case.tensor("x")?;
+    let [batch, seq] = [x.shape[0], x.shape[1]];
+    let tokens = case.optional_tensor("padding_mask")?;
+    let real_rows: Option<Vec<bool>> = tokens
+        .as_ref()
+        .map(|t| t.data.iter().map(|v| *v != 0.0).collect());
+    let padding = |range: std::ops::Range<usize>| -> Result<Option<Tensor<2, Bool>>, String> {
+        tokens
+            .as_ref()
+            .map(|t| {
+                Ok(int::<2>(t, &device)?
+                    .narrow(1, range.start, range.len())
+                    .equal_elem(0))
+            })
+            .transpose()
+    };
+    let input = float::<3>(&x, &device)?.require_grad();
+    let y = module.try_forward(input.clone(), padding(0..seq)?)?;
+    check.tensor_rows("y", "y", y.to_data(), real_rows.as_deref());
+    if let Some(grad_y) = case.optional_tensor("grad_y")? {
+        let row_weights = match &tokens {
+            Some(t) => float::<2>(t, &device)?.reshape([batch, seq, 1]),
+            None => Tensor::ones([batch, seq, 1], &device),
+        };
+        let loss = (y * float::<3>(&grad_y, &device)? * row_weights).sum();
+        let grads = loss.backward();
+        let grad = input
+            .grad(&grads)
+            .ok_or_else(|| Stop::Case("no gradient reached x".into()))?;
+        check.tensor("grad_x", grad.into_data());
+    }
+    if let Some(prefill) = case.json.get("decode_prefill").and_then(Value::as_u64) {
+        let prefill = prefill as usize;
+        let x = float::<3>(&x, &device)?;
+        let mut cache = KvCache::new();
+        let mut pieces = vec![module.try_forward_cached(
+            x.clone().narrow(1, 0, prefill),
+            padding(0..prefill)?,
+            &mut cache,
+        )?];
+        for t in prefill..seq {
+            pieces.push(module.try_forward_cached(
+                x.clone().narrow(1, t, 1),
+                padding(t..t + 1)?,
+                &mut cache,
+            )?);
+        }
+        let decoded = Tensor::cat(pieces, 1);
+        check.tensor_rows(
+            "y (decoded through the KV cache)",
+            "y",
+            decoded.into_data(),
+            real_rows.as_deref(),
+        );
+    }
     Ok(())
 }

@@ -25,7 +25,11 @@ impl AlibiConfig {
     /// Checks the configuration without building anything.
     pub fn validate(&self) -> Result<(), PositionalError> {
         if self.n_heads == 0 {
-            return Err(PositionalError::config("n_heads", self.n_heads, "must be at least 1"));
+            return Err(PositionalError::config(
+                "n_heads",
+                self.n_heads,
+                "must be at least 1",
+            ));
         }
         if !(self.max_bias.is_finite() && self.max_bias > 0.0) {
             return Err(PositionalError::config(
@@ -67,7 +71,12 @@ pub fn alibi_slopes(n_heads: usize, max_bias: f64) -> Vec<f64> {
     let p = 1usize << n_heads.ilog2();
     let slope = |k: usize, of: usize| 2f64.powf(-max_bias * k as f64 / of as f64);
     let mut slopes: Vec<f64> = (1..=p).map(|k| slope(k, p)).collect();
-    slopes.extend((1..2 * p).step_by(2).take(n_heads - p).map(|k| slope(k, 2 * p)));
+    slopes.extend(
+        (1..2 * p)
+            .step_by(2)
+            .take(n_heads - p)
+            .map(|k| slope(k, 2 * p)),
+    );
     slopes
 }
 
@@ -109,14 +118,17 @@ impl Alibi {
             return Err(PositionalError::input(
                 "q_len",
                 q_len,
-                format!("must be at most k_len ({k_len}): queries sit at the last q_len key positions"),
+                format!(
+                    "must be at most k_len ({k_len}): queries sit at the last q_len key positions"
+                ),
             ));
         }
         let device = self.slopes.device();
         let first_query = (k_len - q_len) as i64;
         let query_positions = Tensor::<1, Int>::arange(first_query..k_len as i64, &device).float();
         let key_positions = Tensor::<1, Int>::arange(0..k_len as i64, &device).float();
-        let distance = (query_positions.unsqueeze_dim::<2>(1) - key_positions.unsqueeze_dim::<2>(0)).abs();
+        let distance =
+            (query_positions.unsqueeze_dim::<2>(1) - key_positions.unsqueeze_dim::<2>(0)).abs();
         let slopes = self.slopes.clone().reshape([self.config.n_heads, 1, 1]);
         Ok(slopes.neg() * distance.unsqueeze_dim::<3>(0))
     }
@@ -148,7 +160,10 @@ mod tests {
         let eight = alibi_slopes(8, 8.0);
         let sixteen = alibi_slopes(16, 8.0);
         assert_eq!(&slopes[..8], &eight[..]);
-        assert_eq!(&slopes[8..], &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]);
+        assert_eq!(
+            &slopes[8..],
+            &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]
+        );
     }
 
     fn decode_step_bias_is_last_row(device: &Device) {
@@ -172,7 +187,11 @@ mod tests {
     fn bad_lengths_are_errors(device: &Device) {
         let alibi = AlibiConfig::new(4).init(device);
         let err = alibi.try_bias(5, 3).unwrap_err();
-        assert!(err.to_string().starts_with("invalid input: `q_len` = 5: must be at most k_len (3)"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid input: `q_len` = 5: must be at most k_len (3)"),
+            "{err}"
+        );
         assert!(alibi.try_bias(0, 3).is_err());
     }
     for_each_backend!(bad_lengths_are_errors);

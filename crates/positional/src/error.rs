@@ -33,7 +33,11 @@ pub enum PositionalError {
 
 impl PositionalError {
     /// A configuration error for `field`, which holds `value` but must satisfy `expected`.
-    pub fn config(field: &'static str, value: impl std::fmt::Debug, expected: impl Into<String>) -> Self {
+    pub fn config(
+        field: &'static str,
+        value: impl std::fmt::Debug,
+        expected: impl Into<String>,
+    ) -> Self {
         Self::InvalidConfig {
             field,
             value: format!("{value:?}"),
@@ -42,7 +46,11 @@ impl PositionalError {
     }
 
     /// An input error for `input`, which holds `value` but must satisfy `expected`.
-    pub fn input(input: &'static str, value: impl std::fmt::Debug, expected: impl Into<String>) -> Self {
+    pub fn input(
+        input: &'static str,
+        value: impl std::fmt::Debug,
+        expected: impl Into<String>,
+    ) -> Self {
         Self::InvalidInput {
             input,
             value: format!("{value:?}"),

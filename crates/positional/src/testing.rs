@@ -1,4 +1,5 @@
-//! Test helpers: one test body, every enabled backend (after candle's `test_device!`).
+//! Test helpers shared by this workspace's crates: one test body, every enabled backend (after
+//! candle's `test_device!`). Not part of the public API.
 
 use burn::tensor::{Device, TensorData};
 
@@ -11,7 +12,10 @@ pub fn devices() -> Vec<(&'static str, Device)> {
     #[cfg(feature = "flex")]
     devices.push(("flex", Device::flex()));
     #[cfg(feature = "wgpu")]
-    devices.push(("wgpu", Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)));
+    devices.push((
+        "wgpu",
+        Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+    ));
     #[cfg(feature = "tch")]
     devices.push(("tch", Device::libtorch()));
     devices
@@ -27,7 +31,8 @@ pub fn device(name: &str) -> Device {
 }
 
 /// Turns `fn name(device: &Device)` into one `#[test]` per enabled backend: `name::ndarray`,
-/// `name::flex`, `name::wgpu`, `name::tch`.
+/// `name::flex`, `name::wgpu`, `name::tch`, for the backend features of the calling crate.
+#[macro_export]
 macro_rules! for_each_backend {
     ($name:ident) => {
         mod $name {
@@ -54,11 +59,14 @@ macro_rules! for_each_backend {
         }
     };
 }
-pub(crate) use for_each_backend;
+pub use for_each_backend;
 
 /// Reads a float tensor's data as f32.
 pub fn floats(data: &TensorData) -> Vec<f32> {
-    data.clone().convert::<f32>().try_to_vec::<f32>().expect("float data")
+    data.clone()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("float data")
 }
 
 /// Asserts `|got - want| <= atol` elementwise, naming the first element that is not.
@@ -67,6 +75,9 @@ pub fn assert_close(got: &TensorData, want: &[f32], atol: f32) {
     let got = floats(got);
     assert_eq!(got.len(), want.len(), "lengths differ");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= atol, "element {i}: got {g}, want {w} (atol {atol})");
+        assert!(
+            (g - w).abs() <= atol,
+            "element {i}: got {g}, want {w} (atol {atol})"
+        );
     }
 }

@@ -126,7 +126,11 @@ impl RopeScaling {
             if factor.is_finite() && factor >= 1.0 {
                 Ok(())
             } else {
-                Err(PositionalError::config(field, factor, "must be a finite number >= 1"))
+                Err(PositionalError::config(
+                    field,
+                    factor,
+                    "must be a finite number >= 1",
+                ))
             }
         };
         let positive_length = |length: usize| {
@@ -187,7 +191,10 @@ impl RopeScaling {
             } => {
                 factor_at_least_one("scaling.factor", *factor)?;
                 positive_length(*original_max_position_embeddings)?;
-                if !(*low_freq_factor > 0.0 && low_freq_factor < high_freq_factor && high_freq_factor.is_finite()) {
+                if !(*low_freq_factor > 0.0
+                    && low_freq_factor < high_freq_factor
+                    && high_freq_factor.is_finite())
+                {
                     return Err(PositionalError::config(
                         "scaling.low_freq_factor",
                         low_freq_factor,
@@ -204,7 +211,10 @@ impl RopeScaling {
                 attention_factor,
             } => {
                 positive_length(*original_max_position_embeddings)?;
-                for (field, factors) in [("scaling.short_factor", short_factor), ("scaling.long_factor", long_factor)] {
+                for (field, factors) in [
+                    ("scaling.short_factor", short_factor),
+                    ("scaling.long_factor", long_factor),
+                ] {
                     if factors.len() != rotary_dim / 2 {
                         return Err(PositionalError::config(
                             field,
@@ -213,13 +223,21 @@ impl RopeScaling {
                         ));
                     }
                     if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-                        return Err(PositionalError::config(field, bad, "every value must be positive and finite"));
+                        return Err(PositionalError::config(
+                            field,
+                            bad,
+                            "every value must be positive and finite",
+                        ));
                     }
                 }
                 if let Some(factor) = factor
                     && !(factor.is_finite() && *factor > 0.0)
                 {
-                    return Err(PositionalError::config("scaling.factor", factor, "must be positive and finite"));
+                    return Err(PositionalError::config(
+                        "scaling.factor",
+                        factor,
+                        "must be positive and finite",
+                    ));
                 }
                 if let Some(attention_factor) = attention_factor
                     && !(attention_factor.is_finite() && *attention_factor > 0.0)
@@ -253,9 +271,12 @@ pub fn rope_frequencies(
         return unscaled(default_inv_freq(theta, rotary_dim));
     };
     match scaling {
-        RopeScaling::Linear { factor } => {
-            unscaled(default_inv_freq(theta, rotary_dim).into_iter().map(|w| w / factor).collect())
-        }
+        RopeScaling::Linear { factor } => unscaled(
+            default_inv_freq(theta, rotary_dim)
+                .into_iter()
+                .map(|w| w / factor)
+                .collect(),
+        ),
         RopeScaling::Dynamic {
             factor,
             original_max_position_embeddings,
@@ -280,12 +301,24 @@ pub fn rope_frequencies(
             *high_freq_factor,
             *original_max_position_embeddings,
         )),
-        RopeScaling::LongRope { .. } => longrope(theta, rotary_dim, max_position_embeddings, scaling, running_length),
+        RopeScaling::LongRope { .. } => longrope(
+            theta,
+            rotary_dim,
+            max_position_embeddings,
+            scaling,
+            running_length,
+        ),
     }
 }
 
 /// `_compute_dynamic_ntk_parameters`.
-fn dynamic_ntk(theta: f64, dim: usize, factor: f64, original: usize, running_length: usize) -> Vec<f64> {
+fn dynamic_ntk(
+    theta: f64,
+    dim: usize,
+    factor: f64,
+    original: usize,
+    running_length: usize,
+) -> Vec<f64> {
     let length = running_length.max(original) as f64;
     let d = dim as f64;
     let base = theta * (factor * length / original as f64 - (factor - 1.0)).powf(d / (d - 2.0));
@@ -293,7 +326,12 @@ fn dynamic_ntk(theta: f64, dim: usize, factor: f64, original: usize, running_len
 }
 
 /// `_compute_yarn_parameters`.
-fn yarn(theta: f64, dim: usize, max_position_embeddings: usize, scaling: &RopeScaling) -> RopeFrequencies {
+fn yarn(
+    theta: f64,
+    dim: usize,
+    max_position_embeddings: usize,
+    scaling: &RopeScaling,
+) -> RopeFrequencies {
     let RopeScaling::Yarn {
         factor,
         original_max_position_embeddings: original,
@@ -309,19 +347,26 @@ fn yarn(theta: f64, dim: usize, max_position_embeddings: usize, scaling: &RopeSc
     };
     let factor = factor.unwrap_or(max_position_embeddings as f64 / *original as f64);
     let get_mscale = |scale: f64, mscale: f64| {
-        if scale <= 1.0 { 1.0 } else { 0.1 * mscale * scale.ln() + 1.0 }
+        if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * mscale * scale.ln() + 1.0
+        }
     };
     // Hugging Face tests `mscale and mscale_all_dim` for truthiness: zero counts as absent.
     let nonzero = |v: &Option<f64>| v.filter(|v| *v != 0.0);
-    let attention_scaling = attention_factor.unwrap_or_else(|| match (nonzero(mscale), nonzero(mscale_all_dim)) {
-        (Some(m), Some(m_all)) => get_mscale(factor, m) / get_mscale(factor, m_all),
-        _ => get_mscale(factor, 1.0),
-    });
+    let attention_scaling =
+        attention_factor.unwrap_or_else(|| match (nonzero(mscale), nonzero(mscale_all_dim)) {
+            (Some(m), Some(m_all)) => get_mscale(factor, m) / get_mscale(factor, m_all),
+            _ => get_mscale(factor, 1.0),
+        });
     let beta_fast = nonzero(beta_fast).unwrap_or(32.0);
     let beta_slow = nonzero(beta_slow).unwrap_or(1.0);
     let d = dim as f64;
     // The dimension at which a frequency completes `rotations` turns over the original context.
-    let correction_dim = |rotations: f64| (d * (*original as f64 / (rotations * 2.0 * PI)).ln()) / (2.0 * theta.ln());
+    let correction_dim = |rotations: f64| {
+        (d * (*original as f64 / (rotations * 2.0 * PI)).ln()) / (2.0 * theta.ln())
+    };
     let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
     if truncate.unwrap_or(true) {
         low = low.floor();
@@ -348,7 +393,14 @@ fn yarn(theta: f64, dim: usize, max_position_embeddings: usize, scaling: &RopeSc
 }
 
 /// `_compute_llama3_parameters`.
-fn llama3(theta: f64, dim: usize, factor: f64, low_freq_factor: f64, high_freq_factor: f64, original: usize) -> Vec<f64> {
+fn llama3(
+    theta: f64,
+    dim: usize,
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original: usize,
+) -> Vec<f64> {
     let original = original as f64;
     let low_freq_wavelen = original / low_freq_factor;
     let high_freq_wavelen = original / high_freq_factor;
@@ -361,7 +413,8 @@ fn llama3(theta: f64, dim: usize, factor: f64, low_freq_factor: f64, high_freq_f
             } else if wavelen > low_freq_wavelen {
                 w / factor
             } else {
-                let smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                let smooth =
+                    (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                 (1.0 - smooth) * w / factor + smooth * w
             }
         })
@@ -399,7 +452,11 @@ fn longrope(
     } else {
         short_factor
     };
-    let inv_freq = default_inv_freq(theta, dim).into_iter().zip(rescale).map(|(w, r)| w / r).collect();
+    let inv_freq = default_inv_freq(theta, dim)
+        .into_iter()
+        .zip(rescale)
+        .map(|(w, r)| w / r)
+        .collect();
     RopeFrequencies {
         inv_freq,
         attention_scaling,
@@ -475,8 +532,13 @@ mod tests {
 
     #[test]
     fn invalid_scalings_name_their_field() {
-        let err = RopeScaling::Linear { factor: 0.5 }.validate(16).unwrap_err();
-        assert_eq!(err.to_string(), "invalid configuration: `scaling.factor` = 0.5: must be a finite number >= 1");
+        let err = RopeScaling::Linear { factor: 0.5 }
+            .validate(16)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: `scaling.factor` = 0.5: must be a finite number >= 1"
+        );
         let err = RopeScaling::LongRope {
             short_factor: vec![1.0; 3],
             long_factor: vec![1.0; 8],

@@ -20,30 +20,45 @@ impl RotaryEncodingConfig {
     /// [`RopeLayout::Interleaved`] for GPT-J (`model_type: "gptj"`) and [`RopeLayout::Half`] for
     /// every other model, as in `transformers`. The result is validated.
     pub fn from_huggingface_json(json: &str) -> Result<Self, PositionalError> {
-        let value: Value =
-            serde_json::from_str(json).map_err(|e| PositionalError::HuggingFaceConfig(format!("not JSON: {e}")))?;
+        let value: Value = serde_json::from_str(json)
+            .map_err(|e| PositionalError::HuggingFaceConfig(format!("not JSON: {e}")))?;
         Self::from_huggingface_value(&value)
     }
 
     /// Like [`from_huggingface_json`](Self::from_huggingface_json), from parsed JSON.
     pub fn from_huggingface_value(value: &Value) -> Result<Self, PositionalError> {
-        let top = value
-            .as_object()
-            .ok_or_else(|| PositionalError::HuggingFaceConfig("the top level must be a JSON object".into()))?;
+        let top = value.as_object().ok_or_else(|| {
+            PositionalError::HuggingFaceConfig("the top level must be a JSON object".into())
+        })?;
         let empty = Object::new();
-        let params = match top.get("rope_parameters").or_else(|| top.get("rope_scaling")) {
+        let params = match top
+            .get("rope_parameters")
+            .or_else(|| top.get("rope_scaling"))
+        {
             None | Some(Value::Null) => &empty,
             Some(Value::Object(params)) => params,
-            Some(other) => return Err(PositionalError::config("rope_parameters", other, "must be an object or null")),
+            Some(other) => {
+                return Err(PositionalError::config(
+                    "rope_parameters",
+                    other,
+                    "must be an object or null",
+                ));
+            }
         };
-        if params.values().any(|v| v.as_object().is_some_and(|o| o.contains_key("rope_type"))) {
+        if params
+            .values()
+            .any(|v| v.as_object().is_some_and(|o| o.contains_key("rope_type")))
+        {
             return Err(PositionalError::config(
                 "rope_parameters",
                 params.keys().collect::<Vec<_>>(),
                 "holds one dict per layer type; pass that layer's dict as `rope_parameters`",
             ));
         }
-        let model_type = top.get("model_type").and_then(Value::as_str).unwrap_or_default();
+        let model_type = top
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
 
         let head_dim = head_dim(top)?;
         let theta = number(params, "rope_theta")?
@@ -71,7 +86,12 @@ impl RotaryEncodingConfig {
             _ => RopeLayout::Half,
         };
         let top_level_original = integer(top, "original_max_position_embeddings")?;
-        let scaling = scaling_from_params(params, model_type, max_position_embeddings, top_level_original)?;
+        let scaling = scaling_from_params(
+            params,
+            model_type,
+            max_position_embeddings,
+            top_level_original,
+        )?;
         let config = RotaryEncodingConfig::new(head_dim)
             .with_rotary_dim(Some(rotary_dim))
             .with_theta(theta)
@@ -90,11 +110,18 @@ impl RopeScaling {
     /// `original_max_position_embeddings` defaults to `max_position_embeddings`. Dynamic NTK
     /// takes its threshold from `original_max_position_embeddings` when the dict has one, and
     /// otherwise from `max_position_embeddings`, as `transformers` does.
-    pub fn from_huggingface(params: &Value, max_position_embeddings: usize) -> Result<Option<Self>, PositionalError> {
+    pub fn from_huggingface(
+        params: &Value,
+        max_position_embeddings: usize,
+    ) -> Result<Option<Self>, PositionalError> {
         match params {
             Value::Null => Ok(None),
             Value::Object(params) => scaling_from_params(params, "", max_position_embeddings, None),
-            other => Err(PositionalError::config("rope_scaling", other, "must be an object or null")),
+            other => Err(PositionalError::config(
+                "rope_scaling",
+                other,
+                "must be an object or null",
+            )),
         }
     }
 }
@@ -105,7 +132,11 @@ fn scaling_from_params(
     max_position_embeddings: usize,
     top_level_original: Option<usize>,
 ) -> Result<Option<RopeScaling>, PositionalError> {
-    let rope_type = match params.get("rope_type").or_else(|| params.get("type")).and_then(Value::as_str) {
+    let rope_type = match params
+        .get("rope_type")
+        .or_else(|| params.get("type"))
+        .and_then(Value::as_str)
+    {
         None => "default",
         // Phi-3's checkpoints predate the name: transformers' Phi3Config renames both.
         Some("su") => "longrope",
@@ -114,10 +145,17 @@ fn scaling_from_params(
     };
     let inner_original = integer(params, "original_max_position_embeddings")?;
     // A top-level value (Phi-3) wins over the one inside the dict.
-    let original = top_level_original.or(inner_original).unwrap_or(max_position_embeddings);
+    let original = top_level_original
+        .or(inner_original)
+        .unwrap_or(max_position_embeddings);
     let required = |field: &'static str| -> Result<f64, PositionalError> {
-        number(params, field)?
-            .ok_or_else(|| PositionalError::config(field, Value::Null, format!("is required for rope_type {rope_type:?}")))
+        number(params, field)?.ok_or_else(|| {
+            PositionalError::config(
+                field,
+                Value::Null,
+                format!("is required for rope_type {rope_type:?}"),
+            )
+        })
     };
     Ok(match rope_type {
         "default" => None,
@@ -225,9 +263,13 @@ fn numbers(object: &Object, field: &'static str) -> Result<Vec<f64>, PositionalE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rope::default_inv_freq;
 
     fn fixture(name: &str) -> RotaryEncodingConfig {
-        let path = format!("{}/tests/huggingface/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/tests/huggingface/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
         let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         RotaryEncodingConfig::from_huggingface_json(&json).unwrap()
     }
@@ -235,7 +277,10 @@ mod tests {
     #[test]
     fn llama_3_1_reads_llama3_scaling() {
         let config = fixture("llama-3.1-8b");
-        assert_eq!((config.head_dim, config.rotary_dim(), config.theta), (128, 128, 500_000.0));
+        assert_eq!(
+            (config.head_dim, config.rotary_dim(), config.theta),
+            (128, 128, 500_000.0)
+        );
         assert_eq!(config.layout, RopeLayout::Half);
         assert_eq!(config.max_position_embeddings, 131_072);
         assert_eq!(
@@ -252,7 +297,10 @@ mod tests {
     #[test]
     fn qwen_2_5_reads_yarn() {
         let config = fixture("qwen2.5-7b-instruct-yarn");
-        assert_eq!((config.head_dim, config.rotary_dim(), config.theta), (128, 128, 1_000_000.0));
+        assert_eq!(
+            (config.head_dim, config.rotary_dim(), config.theta),
+            (128, 128, 1_000_000.0)
+        );
         let Some(RopeScaling::Yarn {
             factor,
             original_max_position_embeddings,
@@ -263,7 +311,10 @@ mod tests {
         else {
             panic!("not yarn: {:?}", config.scaling)
         };
-        assert_eq!((factor, original_max_position_embeddings), (Some(4.0), 32_768));
+        assert_eq!(
+            (factor, original_max_position_embeddings),
+            (Some(4.0), 32_768)
+        );
         assert_eq!((beta_fast, attention_factor), (None, None));
         let frequencies = config.frequencies(1);
         assert!((frequencies.attention_scaling - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
@@ -288,14 +339,23 @@ mod tests {
         // factor = 131072 / 4096 = 32 gives Phi-3's sqrt(1 + ln 32 / ln 4096).
         let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
         assert!((config.frequencies(10).attention_scaling - want).abs() < 1e-15);
-        assert_eq!(config.frequencies(4096).inv_freq[47], default_inv_freq(10_000.0, 96)[47] / short_factor[47]);
-        assert_eq!(config.frequencies(4097).inv_freq[47], default_inv_freq(10_000.0, 96)[47] / long_factor[47]);
+        assert_eq!(
+            config.frequencies(4096).inv_freq[47],
+            default_inv_freq(10_000.0, 96)[47] / short_factor[47]
+        );
+        assert_eq!(
+            config.frequencies(4097).inv_freq[47],
+            default_inv_freq(10_000.0, 96)[47] / long_factor[47]
+        );
     }
 
     #[test]
     fn pythia_reads_gpt_neox_partial_rotary() {
         let config = fixture("pythia-160m");
-        assert_eq!((config.head_dim, config.rotary_dim(), config.theta), (64, 16, 10_000.0));
+        assert_eq!(
+            (config.head_dim, config.rotary_dim(), config.theta),
+            (64, 16, 10_000.0)
+        );
         assert_eq!(config.scaling, None);
     }
 
@@ -304,21 +364,39 @@ mod tests {
         let json = r#"{"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64,
                        "n_positions": 2048, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 20000.0}}"#;
         let config = RotaryEncodingConfig::from_huggingface_json(json).unwrap();
-        assert_eq!((config.head_dim, config.rotary_dim(), config.theta), (256, 64, 20_000.0));
+        assert_eq!(
+            (config.head_dim, config.rotary_dim(), config.theta),
+            (256, 64, 20_000.0)
+        );
         assert_eq!(config.layout, RopeLayout::Interleaved);
         assert_eq!(config.scaling, Some(RopeScaling::Linear { factor: 2.0 }));
     }
 
     #[test]
     fn bad_files_are_errors_naming_the_field() {
-        let err = RotaryEncodingConfig::from_huggingface_json(r#"{"head_dim": 64, "rope_theta": "big"}"#).unwrap_err();
-        assert_eq!(err.to_string(), r#"invalid configuration: `rope_theta` = String("big"): must be a number"#);
-        let err = RotaryEncodingConfig::from_huggingface_json(r#"{"head_dim": 64, "rope_scaling": {"type": "ntk-by-parts"}}"#)
-            .unwrap_err();
-        assert!(err.to_string().contains("`rope_type` = \"ntk-by-parts\""), "{err}");
-        let err = RotaryEncodingConfig::from_huggingface_json(r#"{"head_dim": 64, "rope_scaling": {"type": "linear"}}"#)
-            .unwrap_err();
-        assert!(err.to_string().contains("`factor` = Null: is required"), "{err}");
+        let err =
+            RotaryEncodingConfig::from_huggingface_json(r#"{"head_dim": 64, "rope_theta": "big"}"#)
+                .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"invalid configuration: `rope_theta` = String("big"): must be a number"#
+        );
+        let err = RotaryEncodingConfig::from_huggingface_json(
+            r#"{"head_dim": 64, "rope_scaling": {"type": "ntk-by-parts"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("`rope_type` = \"ntk-by-parts\""),
+            "{err}"
+        );
+        let err = RotaryEncodingConfig::from_huggingface_json(
+            r#"{"head_dim": 64, "rope_scaling": {"type": "linear"}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("`factor` = Null: is required"),
+            "{err}"
+        );
         assert!(RotaryEncodingConfig::from_huggingface_json("{").is_err());
     }
 }

@@ -69,7 +69,11 @@ impl RotaryEncodingConfig {
     pub fn validate(&self) -> Result<(), PositionalError> {
         let rotary_dim = self.rotary_dim();
         if self.head_dim == 0 {
-            return Err(PositionalError::config("head_dim", self.head_dim, "must be at least 1"));
+            return Err(PositionalError::config(
+                "head_dim",
+                self.head_dim,
+                "must be at least 1",
+            ));
         }
         if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
             return Err(PositionalError::config(
@@ -86,7 +90,11 @@ impl RotaryEncodingConfig {
             ));
         }
         if !(self.theta.is_finite() && self.theta > 1.0) {
-            return Err(PositionalError::config("theta", self.theta, "must be a finite number above 1"));
+            return Err(PositionalError::config(
+                "theta",
+                self.theta,
+                "must be a finite number above 1",
+            ));
         }
         if self.max_position_embeddings == 0 {
             return Err(PositionalError::config(
@@ -143,7 +151,9 @@ impl RotaryEncodingConfig {
             .as_ref()
             .and_then(RopeScaling::length_threshold)
             .unwrap_or(usize::MAX);
-        self.max_position_embeddings.min(PRECOMPUTED_POSITIONS).min(threshold)
+        self.max_position_embeddings
+            .min(PRECOMPUTED_POSITIONS)
+            .min(threshold)
     }
 }
 
@@ -194,7 +204,10 @@ impl RotaryEncoding {
         }
         let end = offset + seq;
         let (cos, sin) = if end <= self.cos.dims()[0] {
-            (self.cos.clone().slice([offset..end]), self.sin.clone().slice([offset..end]))
+            (
+                self.cos.clone().slice([offset..end]),
+                self.sin.clone().slice([offset..end]),
+            )
         } else {
             let positions: Vec<i64> = (offset as i64..end as i64).collect();
             self.host_tables(&positions, &self.cos.device())
@@ -207,7 +220,10 @@ impl RotaryEncoding {
     ///
     /// Reads the positions back to the host: dynamic scalings need their maximum, and positions
     /// past the precomputed table are computed there.
-    pub fn try_angles_at<const D: usize>(&self, positions: Tensor<D, Int>) -> Result<RotaryAngles, PositionalError> {
+    pub fn try_angles_at<const D: usize>(
+        &self,
+        positions: Tensor<D, Int>,
+    ) -> Result<RotaryAngles, PositionalError> {
         let dims = positions.dims();
         let (rows, seq) = match dims.as_slice() {
             [seq] => (1, *seq),
@@ -221,21 +237,34 @@ impl RotaryEncoding {
             }
         };
         if rows * seq == 0 {
-            return Err(PositionalError::input("positions.dims()", dims.to_vec(), "must not be empty"));
+            return Err(PositionalError::input(
+                "positions.dims()",
+                dims.to_vec(),
+                "must not be empty",
+            ));
         }
         let host: Vec<i64> = positions
             .to_data()
             .convert::<i64>()
             .try_to_vec::<i64>()
-            .map_err(|e| PositionalError::input("positions", format!("{e:?}"), "must be readable as i64"))?;
+            .map_err(|e| {
+                PositionalError::input("positions", format!("{e:?}"), "must be readable as i64")
+            })?;
         if let Some(negative) = host.iter().find(|p| **p < 0) {
-            return Err(PositionalError::input("positions", negative, "must be non-negative"));
+            return Err(PositionalError::input(
+                "positions",
+                negative,
+                "must be non-negative",
+            ));
         }
         let max = *host.iter().max().expect("positions are not empty");
         let (cos, sin) = if (max as usize) < self.cos.dims()[0] {
             let device = self.cos.device();
             let index = positions.reshape([rows * seq]).to_device(&device);
-            (self.cos.clone().select(0, index.clone()), self.sin.clone().select(0, index))
+            (
+                self.cos.clone().select(0, index.clone()),
+                self.sin.clone().select(0, index),
+            )
         } else {
             self.host_tables(&host, &self.cos.device())
         };
@@ -266,7 +295,12 @@ impl RotaryEncoding {
     /// # Shapes
     /// - `q`: `[batch, q_heads, seq, head_dim]`, `k`: `[batch, kv_heads, seq, head_dim]`
     /// - outputs: the shapes of `q` and `k`
-    pub fn try_forward(&self, q: Tensor<4>, k: Tensor<4>, offset: usize) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
+    pub fn try_forward(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        offset: usize,
+    ) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
         let angles = self.try_angles(offset, q.dims()[2])?;
         Ok((angles.try_apply(q)?, angles.try_apply(k)?))
     }
@@ -315,7 +349,13 @@ impl RotaryEncoding {
         )
     }
 
-    fn angles_from_rows(&self, cos: Tensor<2>, sin: Tensor<2>, rows: usize, seq: usize) -> RotaryAngles {
+    fn angles_from_rows(
+        &self,
+        cos: Tensor<2>,
+        sin: Tensor<2>,
+        rows: usize,
+        seq: usize,
+    ) -> RotaryAngles {
         let half = self.config.rotary_dim() / 2;
         RotaryAngles {
             cos: cos.reshape([rows, 1, seq, half]),
@@ -359,7 +399,10 @@ impl RotaryAngles {
         }
         let (rotating, passing) = if head_dim > self.rotary_dim {
             let rest = head_dim - self.rotary_dim;
-            (x.clone().narrow(3, 0, self.rotary_dim), Some(x.narrow(3, self.rotary_dim, rest)))
+            (
+                x.clone().narrow(3, 0, self.rotary_dim),
+                Some(x.narrow(3, self.rotary_dim, rest)),
+            )
         } else {
             (x, None)
         };
@@ -374,11 +417,19 @@ impl RotaryAngles {
             }
             RopeLayout::Interleaved => {
                 let pairs = rotating.reshape([batch, heads, seq, half, 2]);
-                let x1 = pairs.clone().narrow(4, 0, 1).reshape([batch, heads, seq, half]);
+                let x1 = pairs
+                    .clone()
+                    .narrow(4, 0, 1)
+                    .reshape([batch, heads, seq, half]);
                 let x2 = pairs.narrow(4, 1, 1).reshape([batch, heads, seq, half]);
                 let out1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
                 let out2 = x1 * sin + x2 * cos;
-                Tensor::stack::<5>(vec![out1, out2], 4).reshape([batch, heads, seq, self.rotary_dim])
+                Tensor::stack::<5>(vec![out1, out2], 4).reshape([
+                    batch,
+                    heads,
+                    seq,
+                    self.rotary_dim,
+                ])
             }
         };
         Ok(match passing {

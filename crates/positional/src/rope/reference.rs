@@ -25,8 +25,15 @@ pub fn rotate(
     sign: f64,
 ) -> Vec<f32> {
     let [batch, heads, seq, head_dim] = shape;
-    assert_eq!(x.len(), batch * heads * seq * head_dim, "x does not have shape {shape:?}");
-    assert!(positions.len() == seq || positions.len() == batch * seq, "positions do not fit seq {seq}");
+    assert_eq!(
+        x.len(),
+        batch * heads * seq * head_dim,
+        "x does not have shape {shape:?}"
+    );
+    assert!(
+        positions.len() == seq || positions.len() == batch * seq,
+        "positions do not fit seq {seq}"
+    );
     let rotary_dim = config.rotary_dim();
     let running_length = positions.iter().max().map_or(0, |p| *p as usize + 1);
     let frequencies = config.frequencies(running_length);
@@ -34,7 +41,11 @@ pub fn rotate(
     for b in 0..batch {
         for h in 0..heads {
             for s in 0..seq {
-                let position = if positions.len() == seq { positions[s] } else { positions[b * seq + s] };
+                let position = if positions.len() == seq {
+                    positions[s]
+                } else {
+                    positions[b * seq + s]
+                };
                 let row = ((b * heads + h) * seq + s) * head_dim;
                 for (j, w) in frequencies.inv_freq.iter().enumerate() {
                     let angle = sign * position as f64 * w;

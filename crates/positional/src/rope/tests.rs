@@ -10,7 +10,12 @@ fn random(shape: [usize; 4], device: &Device) -> Tensor<4> {
 }
 
 /// Checks the tensor-op rotation of a random `[2, 3, seq, head_dim]` input against the reference.
-fn check_against_reference(config: &RotaryEncodingConfig, seq: usize, offset: usize, device: &Device) {
+fn check_against_reference(
+    config: &RotaryEncodingConfig,
+    seq: usize,
+    offset: usize,
+    device: &Device,
+) {
     let rope = config.init(device);
     let shape = [2, 3, seq, config.head_dim];
     let x = random(shape, device);
@@ -100,23 +105,31 @@ fn position_131071_is_within_1e5_of_f64(device: &Device) {
     let shape = [1, 2, 2, 128];
     let x = random(shape, device);
     let got = rope.apply(x.clone(), 131_070).into_data();
-    let want = reference::rotate(&config, &floats(&x.into_data()), shape, &[131_070, 131_071], 1.0);
+    let want = reference::rotate(
+        &config,
+        &floats(&x.into_data()),
+        shape,
+        &[131_070, 131_071],
+        1.0,
+    );
     assert_close(&got, &want, 1e-5);
 }
 for_each_backend!(position_131071_is_within_1e5_of_f64);
 
 fn gradient_is_the_inverse_rotation(device: &Device) {
     let device = device.clone().autodiff();
-    let config = RotaryEncodingConfig::new(8).with_rotary_dim(Some(6)).with_scaling(Some(RopeScaling::Yarn {
-        factor: Some(2.0),
-        original_max_position_embeddings: 4,
-        beta_fast: None,
-        beta_slow: None,
-        mscale: None,
-        mscale_all_dim: None,
-        attention_factor: None,
-        truncate: None,
-    }));
+    let config = RotaryEncodingConfig::new(8)
+        .with_rotary_dim(Some(6))
+        .with_scaling(Some(RopeScaling::Yarn {
+            factor: Some(2.0),
+            original_max_position_embeddings: 4,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: None,
+        }));
     let rope = config.init(&device);
     let shape = [1, 2, 3, 8];
     let x = random(shape, &device).require_grad();
@@ -125,7 +138,13 @@ fn gradient_is_the_inverse_rotation(device: &Device) {
     let grads = (y * upstream.clone()).sum().backward();
     let got = x.grad(&grads).unwrap().into_data();
     // d/dx sum(s R(a) x * g) = s R(-a) g.
-    let want = reference::rotate(&config, &floats(&upstream.into_data()), shape, &[2, 3, 4], -1.0);
+    let want = reference::rotate(
+        &config,
+        &floats(&upstream.into_data()),
+        shape,
+        &[2, 3, 4],
+        -1.0,
+    );
     assert_close(&got, &want, 2e-5);
 }
 for_each_backend!(gradient_is_the_inverse_rotation);
@@ -151,8 +170,13 @@ fn moves_between_devices() {
     let config = RotaryEncodingConfig::new(8);
     let (_, first) = &devices[0];
     let rope = config.init(first);
-    let x = TensorData::new((0..48).map(|v| v as f32 / 10.0).collect::<Vec<_>>(), [1, 2, 3, 8]);
-    let want = rope.apply(Tensor::from_data(x.clone(), first), 7).into_data();
+    let x = TensorData::new(
+        (0..48).map(|v| v as f32 / 10.0).collect::<Vec<_>>(),
+        [1, 2, 3, 8],
+    );
+    let want = rope
+        .apply(Tensor::from_data(x.clone(), first), 7)
+        .into_data();
     for (name, device) in &devices {
         let moved = rope.clone().to_device(device);
         let got = moved.apply(Tensor::from_data(x.clone(), device), 7);
@@ -165,15 +189,25 @@ fn moves_between_devices() {
 fn invalid_configs_name_field_and_value() {
     let device = Device::default();
     let cases = [
-        (RotaryEncodingConfig::new(15), "`rotary_dim` = 15: must be even"),
-        (RotaryEncodingConfig::new(16).with_rotary_dim(Some(32)), "`rotary_dim` = 32: must be at most head_dim (16)"),
-        (RotaryEncodingConfig::new(16).with_theta(-1.0), "`theta` = -1.0: must be a finite number above 1"),
         (
-            RotaryEncodingConfig::new(4).with_scaling(Some(RopeScaling::Dynamic {
-                factor: 2.0,
-                original_max_position_embeddings: 8,
-            }))
-            .with_rotary_dim(Some(2)),
+            RotaryEncodingConfig::new(15),
+            "`rotary_dim` = 15: must be even",
+        ),
+        (
+            RotaryEncodingConfig::new(16).with_rotary_dim(Some(32)),
+            "`rotary_dim` = 32: must be at most head_dim (16)",
+        ),
+        (
+            RotaryEncodingConfig::new(16).with_theta(-1.0),
+            "`theta` = -1.0: must be a finite number above 1",
+        ),
+        (
+            RotaryEncodingConfig::new(4)
+                .with_scaling(Some(RopeScaling::Dynamic {
+                    factor: 2.0,
+                    original_max_position_embeddings: 8,
+                }))
+                .with_rotary_dim(Some(2)),
             "`rotary_dim` = 2: must be at least 4 for dynamic NTK scaling",
         ),
     ];
@@ -185,29 +219,57 @@ fn invalid_configs_name_field_and_value() {
 
 fn invalid_inputs_are_errors(device: &Device) {
     let rope = RotaryEncodingConfig::new(8).init(device);
-    let err = rope.try_apply(random([1, 1, 2, 6], device), 0).unwrap_err().to_string();
-    assert!(err.contains("`x.dims()[3]` = 6: must be at least rotary_dim (8)"), "{err}");
+    let err = rope
+        .try_apply(random([1, 1, 2, 6], device), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`x.dims()[3]` = 6: must be at least rotary_dim (8)"),
+        "{err}"
+    );
     let negative = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, -3], [2]), device);
     let err = rope.try_angles_at(negative).unwrap_err().to_string();
-    assert!(err.contains("`positions` = -3: must be non-negative"), "{err}");
+    assert!(
+        err.contains("`positions` = -3: must be non-negative"),
+        "{err}"
+    );
     let angles = rope.try_angles(0, 3).unwrap();
-    let err = angles.try_apply(random([1, 1, 2, 8], device)).unwrap_err().to_string();
-    assert!(err.contains("must equal the number of positions (3)"), "{err}");
+    let err = angles
+        .try_apply(random([1, 1, 2, 8], device))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("must equal the number of positions (3)"),
+        "{err}"
+    );
 }
 for_each_backend!(invalid_inputs_are_errors);
 
 /// Strategies shared by the property tests: small shapes, even rotary widths.
 fn rope_setup() -> impl Strategy<Value = (RotaryEncodingConfig, [usize; 4], usize)> {
-    (1usize..3, 1usize..4, 1usize..6, 1usize..5, 0usize..3, any::<bool>(), 0usize..5000).prop_map(
-        |(batch, heads, seq, half_pairs, extra, interleaved, offset)| {
-            let rotary_dim = 2 * half_pairs;
-            let layout = if interleaved { RopeLayout::Interleaved } else { RopeLayout::Half };
-            let config = RotaryEncodingConfig::new(rotary_dim + extra)
-                .with_rotary_dim(Some(rotary_dim))
-                .with_layout(layout);
-            (config, [batch, heads, seq, rotary_dim + extra], offset)
-        },
+    (
+        1usize..3,
+        1usize..4,
+        1usize..6,
+        1usize..5,
+        0usize..3,
+        any::<bool>(),
+        0usize..5000,
     )
+        .prop_map(
+            |(batch, heads, seq, half_pairs, extra, interleaved, offset)| {
+                let rotary_dim = 2 * half_pairs;
+                let layout = if interleaved {
+                    RopeLayout::Interleaved
+                } else {
+                    RopeLayout::Half
+                };
+                let config = RotaryEncodingConfig::new(rotary_dim + extra)
+                    .with_rotary_dim(Some(rotary_dim))
+                    .with_layout(layout);
+                (config, [batch, heads, seq, rotary_dim + extra], offset)
+            },
+        )
 }
 
 fn property_cases() -> ProptestConfig {

@@ -1,0 +1,72 @@
+//! One decoding step of RoPE attention through the KV cache, at several cache lengths.
+//!
+//! Model: d_model 512, 8 heads of 64, 2 key/value heads (GQA), causal, RoPE. A step appends one
+//! token to a cache of `length` tokens and reads the output back (what a sampling loop does).
+//! The cost should grow linearly with the cache: step(2048) / step(128) well below 16.
+
+use attention::{KvCache, MultiHeadAttention, MultiHeadAttentionConfig, PositionalScheme};
+use burn::tensor::{Device, Distribution, Tensor};
+use divan::Bencher;
+use positional::RotaryEncodingConfig;
+
+const LENGTHS: [usize; 3] = [128, 512, 2048];
+
+fn main() {
+    divan::main();
+}
+
+fn setup(device: &Device, length: usize) -> (MultiHeadAttention, KvCache, Tensor<3>) {
+    let module = MultiHeadAttentionConfig::new(512, 8)
+        .with_n_kv_heads(Some(2))
+        .with_causal(true)
+        .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(64)))
+        .init(device);
+    let mut cache = KvCache::new();
+    let prompt = Tensor::<3>::random([1, length, 512], Distribution::Normal(0.0, 1.0), device);
+    module.forward_cached(prompt, None, &mut cache);
+    let token = Tensor::<3>::random([1, 1, 512], Distribution::Normal(0.0, 1.0), device);
+    // Warm up: kernels compile (WGPU) and autotune on the first steps.
+    for _ in 0..3 {
+        let mut warm = cache.clone();
+        module
+            .forward_cached(token.clone(), None, &mut warm)
+            .into_data();
+    }
+    (module, cache, token)
+}
+
+fn step(bencher: Bencher, backend: &str, length: usize) {
+    let device = benches::device(backend);
+    let (module, cache, token) = setup(&device, length);
+    bencher.bench_local(|| {
+        // Each step starts from the same cache of `length` tokens.
+        let mut cache = cache.clone();
+        module
+            .forward_cached(token.clone(), None, &mut cache)
+            .into_data()
+    });
+}
+
+#[cfg(feature = "ndarray")]
+#[divan::bench(args = LENGTHS, sample_count = 30)]
+fn decode_step_ndarray(bencher: Bencher, length: usize) {
+    step(bencher, "ndarray", length);
+}
+
+#[cfg(feature = "flex")]
+#[divan::bench(args = LENGTHS, sample_count = 30)]
+fn decode_step_flex(bencher: Bencher, length: usize) {
+    step(bencher, "flex", length);
+}
+
+#[cfg(feature = "wgpu")]
+#[divan::bench(args = LENGTHS, sample_count = 30)]
+fn decode_step_wgpu(bencher: Bencher, length: usize) {
+    step(bencher, "wgpu", length);
+}
+
+#[cfg(feature = "tch")]
+#[divan::bench(args = LENGTHS, sample_count = 30)]
+fn decode_step_tch(bencher: Bencher, length: usize) {
+    step(bencher, "tch", length);
+}

@@ -1,0 +1,48 @@
+//! Multi-head attention for [Burn](https://burn.dev) that takes any positional scheme from the
+//! `positional` crate: RoPE (every layout and scaling), ALiBi, or none (NoPE), with grouped and
+//! multi-query key/value heads, causal and padding masks, and a KV cache for decoding.
+//!
+//! Absolute encodings (sinusoidal, learned) are added to the token embeddings before the first
+//! block; attention then runs with [`PositionalScheme::None`]:
+//!
+//! ```
+//! use attention::{KvCache, MultiHeadAttentionConfig, PositionalScheme};
+//! use burn::tensor::{Device, Distribution, Tensor};
+//! use positional::{RotaryEncodingConfig, SinusoidalEncodingConfig};
+//!
+//! let device = Device::default();
+//! let embeddings = Tensor::<3>::random([2, 6, 32], Distribution::Normal(0.0, 1.0), &device);
+//!
+//! // Absolute positions: add them to the embeddings, then attention without a scheme.
+//! let sinusoids = SinusoidalEncodingConfig::new(32).init(&device);
+//! let attention = MultiHeadAttentionConfig::new(32, 4).with_causal(true).init(&device);
+//! let y = attention.forward(sinusoids.forward(embeddings.clone(), 0), None);
+//! assert_eq!(y.dims(), [2, 6, 32]);
+//!
+//! // RoPE with grouped-query heads: one line of config, and a KV cache for decoding.
+//! let rope = MultiHeadAttentionConfig::new(32, 4)
+//!     .with_n_kv_heads(Some(2))
+//!     .with_causal(true)
+//!     .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(8)))
+//!     .init(&device);
+//! let full = rope.forward(embeddings.clone(), None);
+//! let mut cache = KvCache::new();
+//! let prefill = rope.forward_cached(embeddings.clone().narrow(1, 0, 5), None, &mut cache);
+//! let step = rope.forward_cached(embeddings.narrow(1, 5, 1), None, &mut cache);
+//! let last = full.narrow(1, 5, 1);
+//! assert!((step - last).abs().max().into_scalar::<f32>() < 1e-4);
+//! assert_eq!((prefill.dims(), cache.len()), ([2, 5, 32], 6));
+//! ```
+
+mod attention;
+mod cache;
+mod config;
+pub mod error;
+mod import;
+pub mod model;
+
+pub use attention::{LinearWeights, MultiHeadAttention};
+pub use cache::KvCache;
+pub use config::{MultiHeadAttentionConfig, PositionalScheme};
+pub use error::AttentionError;
+pub use model::{Decoder, DecoderConfig, DecoderPositional};

@@ -1,0 +1,305 @@
+//! A small decoder-only transformer: token embedding, optional absolute positions, `n_layers`
+//! pre-norm blocks (attention + MLP), a final norm and an LM head (GPT-2's layout, Radford et al.,
+//! 2019, with the positional scheme as one config field).
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{
+    Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
+use burn::tensor::{Device, Int, Tensor};
+use positional::{
+    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, RotaryEncodingConfig,
+    SinusoidalEncoding, SinusoidalEncodingConfig,
+};
+
+use crate::MultiHeadAttention;
+use crate::cache::KvCache;
+use crate::config::{MultiHeadAttentionConfig, PositionalScheme};
+use crate::error::{AttentionError, or_panic};
+
+/// How the decoder knows where a token is.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum DecoderPositional {
+    /// Nothing: a causal model can still infer positions (NoPE, Kazemnejad et al., 2023).
+    None,
+    /// Fixed sinusoids added to the embeddings (Vaswani et al., 2017).
+    Sinusoidal,
+    /// A learned vector per position added to the embeddings (GPT-2); none past
+    /// `max_sequence_length`.
+    Learned,
+    /// Rotary embeddings on queries and keys (Su et al., 2021).
+    Rope,
+    /// Linear biases on attention scores (Press et al., 2022).
+    Alibi,
+}
+
+/// Configuration of a [`Decoder`].
+#[derive(Config, Debug)]
+pub struct DecoderConfig {
+    /// Number of token ids.
+    pub vocab_size: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads per block.
+    pub n_heads: usize,
+    /// Number of blocks.
+    pub n_layers: usize,
+    /// The positional scheme.
+    pub positional: DecoderPositional,
+    /// Learned embeddings have this many positions; the other schemes ignore it.
+    #[config(default = 512)]
+    pub max_sequence_length: usize,
+    /// Key/value heads (GQA); `None` for one per query head.
+    #[config(default = "None")]
+    pub n_kv_heads: Option<usize>,
+    /// MLP hidden width as a multiple of `d_model`. Defaults to 4.
+    #[config(default = 4)]
+    pub mlp_ratio: usize,
+}
+
+impl DecoderConfig {
+    /// Builds the model.
+    pub fn try_init(&self, device: &Device) -> Result<Decoder, AttentionError> {
+        if self.vocab_size == 0 || self.n_layers == 0 || self.mlp_ratio == 0 {
+            return Err(AttentionError::config(
+                "vocab_size, n_layers, mlp_ratio",
+                (self.vocab_size, self.n_layers, self.mlp_ratio),
+                "must all be at least 1",
+            ));
+        }
+        let head_dim = self.d_model / self.n_heads.max(1);
+        let scheme = match self.positional {
+            DecoderPositional::Rope => PositionalScheme::Rope(RotaryEncodingConfig::new(head_dim)),
+            DecoderPositional::Alibi => PositionalScheme::Alibi { max_bias: 8.0 },
+            _ => PositionalScheme::None,
+        };
+        let attention = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+            .with_n_kv_heads(self.n_kv_heads)
+            .with_causal(true)
+            .with_positional(scheme);
+        let blocks = (0..self.n_layers)
+            .map(|_| {
+                Ok(DecoderBlock {
+                    attention_norm: LayerNormConfig::new(self.d_model).init(device),
+                    attention: attention.try_init(device)?,
+                    mlp_norm: LayerNormConfig::new(self.d_model).init(device),
+                    mlp_in: LinearConfig::new(self.d_model, self.mlp_ratio * self.d_model)
+                        .init(device),
+                    activation: Gelu::new(),
+                    mlp_out: LinearConfig::new(self.mlp_ratio * self.d_model, self.d_model)
+                        .init(device),
+                })
+            })
+            .collect::<Result<Vec<_>, AttentionError>>()?;
+        let sinusoidal = (self.positional == DecoderPositional::Sinusoidal)
+            .then(|| SinusoidalEncodingConfig::new(self.d_model).try_init(device))
+            .transpose()?;
+        let learned = (self.positional == DecoderPositional::Learned)
+            .then(|| {
+                LearnedPositionalEmbeddingConfig::new(self.max_sequence_length, self.d_model)
+                    .try_init(device)
+            })
+            .transpose()?;
+        Ok(Decoder {
+            embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
+            sinusoidal,
+            learned,
+            blocks,
+            norm: LayerNormConfig::new(self.d_model).init(device),
+            head: LinearConfig::new(self.d_model, self.vocab_size).init(device),
+        })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init); the panic message is the error's text.
+    pub fn init(&self, device: &Device) -> Decoder {
+        or_panic(self.try_init(device))
+    }
+}
+
+/// One pre-norm block: `x + attention(norm(x))`, then `x + mlp(norm(x))`.
+#[derive(Module, Debug)]
+pub struct DecoderBlock {
+    attention_norm: LayerNorm,
+    attention: MultiHeadAttention,
+    mlp_norm: LayerNorm,
+    mlp_in: Linear,
+    activation: Gelu,
+    mlp_out: Linear,
+}
+
+impl DecoderBlock {
+    fn forward(
+        &self,
+        x: Tensor<3>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor<3>, AttentionError> {
+        let normed = self.attention_norm.forward(x.clone());
+        let attended = match cache {
+            Some(cache) => self.attention.try_forward_cached(normed, None, cache)?,
+            None => self.attention.try_forward(normed, None)?,
+        };
+        let x = x + attended;
+        let hidden = self
+            .activation
+            .forward(self.mlp_in.forward(self.mlp_norm.forward(x.clone())));
+        Ok(x + self.mlp_out.forward(hidden))
+    }
+}
+
+/// A decoder-only language model.
+#[derive(Module, Debug)]
+pub struct Decoder {
+    embedding: Embedding,
+    sinusoidal: Option<SinusoidalEncoding>,
+    learned: Option<LearnedPositionalEmbedding>,
+    blocks: Vec<DecoderBlock>,
+    norm: LayerNorm,
+    head: Linear,
+}
+
+impl Decoder {
+    /// Next-token logits for every position.
+    ///
+    /// Fails for learned positions past `max_sequence_length`: there is no embedding to add.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq]`
+    /// - output: `[batch, seq, vocab_size]`
+    pub fn try_forward(&self, tokens: Tensor<2, Int>) -> Result<Tensor<3>, AttentionError> {
+        self.run(tokens, None)
+    }
+
+    /// Panicking form of [`try_forward`](Self::try_forward).
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        or_panic(self.try_forward(tokens))
+    }
+
+    /// Logits of new tokens after everything in `caches` (one per block, see
+    /// [`new_caches`](Self::new_caches)), which they are appended to.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, new]`
+    /// - output: `[batch, new, vocab_size]`
+    pub fn try_forward_cached(
+        &self,
+        tokens: Tensor<2, Int>,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor<3>, AttentionError> {
+        if caches.len() != self.blocks.len() {
+            return Err(AttentionError::input(
+                "caches.len()",
+                caches.len(),
+                format!("must be one per block ({})", self.blocks.len()),
+            ));
+        }
+        self.run(tokens, Some(caches))
+    }
+
+    /// One empty cache per block.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        vec![KvCache::new(); self.blocks.len()]
+    }
+
+    fn run(
+        &self,
+        tokens: Tensor<2, Int>,
+        caches: Option<&mut [KvCache]>,
+    ) -> Result<Tensor<3>, AttentionError> {
+        let offset = caches
+            .as_ref()
+            .and_then(|c| c.first())
+            .map_or(0, KvCache::len);
+        let mut x = self.embedding.forward(tokens);
+        if let Some(sinusoidal) = &self.sinusoidal {
+            x = sinusoidal.try_forward(x, offset)?;
+        }
+        if let Some(learned) = &self.learned {
+            x = learned.try_forward(x, offset)?;
+        }
+        match caches {
+            Some(caches) => {
+                for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
+                    x = block.forward(x, Some(cache))?;
+                }
+            }
+            None => {
+                for block in &self.blocks {
+                    x = block.forward(x, None)?;
+                }
+            }
+        }
+        Ok(self.head.forward(self.norm.forward(x)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::TensorData;
+    use positional::for_each_backend;
+    use positional::testing::{assert_close, floats};
+
+    use super::*;
+
+    const SCHEMES: [DecoderPositional; 5] = [
+        DecoderPositional::None,
+        DecoderPositional::Sinusoidal,
+        DecoderPositional::Learned,
+        DecoderPositional::Rope,
+        DecoderPositional::Alibi,
+    ];
+
+    fn tokens(values: &[i64], device: &Device) -> Tensor<2, Int> {
+        Tensor::from_data(TensorData::new(values.to_vec(), [1, values.len()]), device)
+    }
+
+    fn cached_decoding_equals_the_full_pass_for_every_scheme(device: &Device) {
+        let sequence = [3i64, 1, 4, 1, 5, 9, 2];
+        for positional in SCHEMES {
+            let model = DecoderConfig::new(10, 16, 2, 2, positional)
+                .with_max_sequence_length(8)
+                .init(device);
+            let full = model.forward(tokens(&sequence, device));
+            let mut caches = model.new_caches();
+            let mut pieces = vec![
+                model
+                    .try_forward_cached(tokens(&sequence[..3], device), &mut caches)
+                    .unwrap(),
+            ];
+            for t in 3..sequence.len() {
+                pieces.push(
+                    model
+                        .try_forward_cached(tokens(&sequence[t..t + 1], device), &mut caches)
+                        .unwrap(),
+                );
+            }
+            let decoded = Tensor::cat(pieces, 1);
+            assert_close(&decoded.into_data(), &floats(&full.into_data()), 1e-4);
+        }
+    }
+    for_each_backend!(cached_decoding_equals_the_full_pass_for_every_scheme);
+
+    fn learned_positions_end_at_their_table(device: &Device) {
+        let model = DecoderConfig::new(10, 8, 2, 1, DecoderPositional::Learned)
+            .with_max_sequence_length(4)
+            .init(device);
+        assert!(model.try_forward(tokens(&[1, 2, 3, 4], device)).is_ok());
+        let err = model
+            .try_forward(tokens(&[1, 2, 3, 4, 5], device))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("must be at most max_sequence_length (4)"),
+            "{err}"
+        );
+        // The other schemes run past it.
+        let rope = DecoderConfig::new(10, 8, 2, 1, DecoderPositional::Rope)
+            .with_max_sequence_length(4)
+            .init(device);
+        assert_eq!(
+            rope.forward(tokens(&[1, 2, 3, 4, 5, 6], device)).dims(),
+            [1, 6, 10]
+        );
+    }
+    for_each_backend!(learned_positions_end_at_their_table);
+}
