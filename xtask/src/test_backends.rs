@@ -254,13 +254,29 @@ fn print_matrix(
         println!();
     }
     println!();
+    // Largest |got - want| per kind (the case name's first word) and backend.
+    let mut kinds: Vec<&str> = matrix
+        .keys()
+        .map(|name| name.split('_').next().unwrap_or(name))
+        .collect();
+    kinds.dedup();
+    print!("{:width$}", "largest |got - want|");
     for backend in backends {
-        let worst = matrix
-            .values()
-            .filter_map(|row| row.get(backend))
-            .filter_map(|line| line.max_error.parse::<f64>().ok())
-            .fold(0.0f64, f64::max);
-        println!("largest |got - want| on {backend}: {worst:.3e}");
+        print!("  {backend:>9}");
+    }
+    println!();
+    for kind in kinds {
+        print!("{kind:width$}");
+        for backend in backends {
+            let worst = matrix
+                .iter()
+                .filter(|(name, _)| name.split('_').next() == Some(kind))
+                .filter_map(|(_, row)| row.get(backend))
+                .filter_map(|line| line.max_error.parse::<f64>().ok())
+                .fold(0.0f64, f64::max);
+            print!("  {worst:>9.2e}");
+        }
+        println!();
     }
     for (backend, reason) in broken {
         println!("backend {backend} could not run: {reason}");

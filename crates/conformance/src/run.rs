@@ -166,7 +166,7 @@ impl<'a> Checker<'a> {
             } else {
                 error / allowed.max(f64::MIN_POSITIVE)
             };
-            if !(error <= allowed) && worst.is_none_or(|(_, e, _)| excess > e) {
+            if (error.is_nan() || error > allowed) && worst.is_none_or(|(_, e, _)| excess > e) {
                 worst = Some((i, excess, error));
             }
         }

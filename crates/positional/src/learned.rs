@@ -117,7 +117,7 @@ impl LearnedPositionalEmbedding {
         if seq == 0 {
             return Ok(x);
         }
-        let rows = self.weight.val().slice([offset..offset + seq]);
+        let rows = self.weight.val().narrow(0, offset, seq);
         Ok(x + rows.unsqueeze::<3>())
     }
 

@@ -149,7 +149,10 @@ impl SinusoidalEncoding {
 
     fn table_on(&self, positions: Range<usize>, device: &Device) -> Tensor<2> {
         if positions.end <= self.config.max_sequence_length && positions.start < positions.end {
-            self.table.clone().slice([positions]).to_device(device)
+            self.table
+                .clone()
+                .narrow(0, positions.start, positions.len())
+                .to_device(device)
         } else {
             rows_tensor(&self.config, positions, device)
         }

@@ -6,19 +6,19 @@ use burn::tensor::{Device, TensorData};
 /// The devices of the backends this build enables, by name.
 #[allow(deprecated)] // Burn marks ndarray and tch deprecated; they are still backends users run.
 pub fn devices() -> Vec<(&'static str, Device)> {
-    let mut devices = Vec::new();
-    #[cfg(feature = "ndarray")]
-    devices.push(("ndarray", Device::ndarray()));
-    #[cfg(feature = "flex")]
-    devices.push(("flex", Device::flex()));
-    #[cfg(feature = "wgpu")]
-    devices.push((
-        "wgpu",
-        Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-    ));
-    #[cfg(feature = "tch")]
-    devices.push(("tch", Device::libtorch()));
-    devices
+    vec![
+        #[cfg(feature = "ndarray")]
+        ("ndarray", Device::ndarray()),
+        #[cfg(feature = "flex")]
+        ("flex", Device::flex()),
+        #[cfg(feature = "wgpu")]
+        (
+            "wgpu",
+            Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+        ),
+        #[cfg(feature = "tch")]
+        ("tch", Device::libtorch()),
+    ]
 }
 
 /// The device of the backend called `name`.

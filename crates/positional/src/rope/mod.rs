@@ -205,8 +205,8 @@ impl RotaryEncoding {
         let end = offset + seq;
         let (cos, sin) = if end <= self.cos.dims()[0] {
             (
-                self.cos.clone().slice([offset..end]),
-                self.sin.clone().slice([offset..end]),
+                self.cos.clone().narrow(0, offset, seq),
+                self.sin.clone().narrow(0, offset, seq),
             )
         } else {
             let positions: Vec<i64> = (offset as i64..end as i64).collect();
