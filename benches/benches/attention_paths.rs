@@ -21,7 +21,7 @@ enum Path {
 }
 
 fn run(bencher: Bencher, backend: &str, alibi: bool, path: Path) {
-    let device: Device = benches::device(backend);
+    let device: Device = positional::testing::device(backend);
     let scheme = if alibi {
         PositionalScheme::Alibi { max_bias: 8.0 }
     } else {

@@ -36,7 +36,7 @@ fn setup(device: &Device, length: usize) -> (MultiHeadAttention, KvCache, Tensor
 }
 
 fn step(bencher: Bencher, backend: &str, length: usize) {
-    let device = benches::device(backend);
+    let device = positional::testing::device(backend);
     let (module, cache, token) = setup(&device, length);
     bencher.bench_local(|| {
         // Each step starts from the same cache of `length` tokens.
@@ -47,26 +47,19 @@ fn step(bencher: Bencher, backend: &str, length: usize) {
     });
 }
 
-#[cfg(feature = "ndarray")]
-#[divan::bench(args = LENGTHS, sample_count = 30)]
-fn decode_step_ndarray(bencher: Bencher, length: usize) {
-    step(bencher, "ndarray", length);
+macro_rules! decode_steps {
+    ($($feature:literal => $name:ident),*) => {$(
+        #[cfg(feature = $feature)]
+        #[divan::bench(args = LENGTHS, sample_count = 30)]
+        fn $name(bencher: Bencher, length: usize) {
+            step(bencher, $feature, length);
+        }
+    )*};
 }
 
-#[cfg(feature = "flex")]
-#[divan::bench(args = LENGTHS, sample_count = 30)]
-fn decode_step_flex(bencher: Bencher, length: usize) {
-    step(bencher, "flex", length);
-}
-
-#[cfg(feature = "wgpu")]
-#[divan::bench(args = LENGTHS, sample_count = 30)]
-fn decode_step_wgpu(bencher: Bencher, length: usize) {
-    step(bencher, "wgpu", length);
-}
-
-#[cfg(feature = "tch")]
-#[divan::bench(args = LENGTHS, sample_count = 30)]
-fn decode_step_tch(bencher: Bencher, length: usize) {
-    step(bencher, "tch", length);
-}
+decode_steps!(
+    "ndarray" => decode_step_ndarray,
+    "flex" => decode_step_flex,
+    "wgpu" => decode_step_wgpu,
+    "tch" => decode_step_tch
+);

@@ -93,6 +93,21 @@ pub fn default_inv_freq(theta: f64, rotary_dim: usize) -> Vec<f64> {
 }
 
 impl RopeScaling {
+    /// YaRN with `factor` over a pretraining context of `original_max_position_embeddings`, and
+    /// every optional parameter at its Hugging Face default.
+    pub fn yarn(factor: f64, original_max_position_embeddings: usize) -> Self {
+        Self::Yarn {
+            factor: Some(factor),
+            original_max_position_embeddings,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            attention_factor: None,
+            truncate: None,
+        }
+    }
+
     /// The Hugging Face `rope_type` of this scaling.
     pub fn rope_type(&self) -> &'static str {
         match self {
@@ -120,8 +135,16 @@ impl RopeScaling {
         }
     }
 
-    /// Checks every parameter against the rotary width and the model's context length.
+    /// Checks every parameter against the rotary width.
     pub fn validate(&self, rotary_dim: usize) -> Result<(), PositionalError> {
+        let positive_if_given = |field: &'static str, value: &Option<f64>| match value {
+            Some(v) if !(v.is_finite() && *v > 0.0) => Err(PositionalError::config(
+                field,
+                v,
+                "must be a positive finite number",
+            )),
+            _ => Ok(()),
+        };
         let factor_at_least_one = |field: &'static str, factor: f64| {
             if factor.is_finite() && factor >= 1.0 {
                 Ok(())
@@ -172,16 +195,7 @@ impl RopeScaling {
                     factor_at_least_one("scaling.factor", *factor)?;
                 }
                 positive_length(*original_max_position_embeddings)?;
-                if let Some(attention_factor) = attention_factor
-                    && !(attention_factor.is_finite() && *attention_factor > 0.0)
-                {
-                    return Err(PositionalError::config(
-                        "scaling.attention_factor",
-                        attention_factor,
-                        "must be a positive finite number",
-                    ));
-                }
-                Ok(())
+                positive_if_given("scaling.attention_factor", attention_factor)
             }
             Self::Llama3 {
                 factor,
@@ -230,25 +244,8 @@ impl RopeScaling {
                         ));
                     }
                 }
-                if let Some(factor) = factor
-                    && !(factor.is_finite() && *factor > 0.0)
-                {
-                    return Err(PositionalError::config(
-                        "scaling.factor",
-                        factor,
-                        "must be positive and finite",
-                    ));
-                }
-                if let Some(attention_factor) = attention_factor
-                    && !(attention_factor.is_finite() && *attention_factor > 0.0)
-                {
-                    return Err(PositionalError::config(
-                        "scaling.attention_factor",
-                        attention_factor,
-                        "must be a positive finite number",
-                    ));
-                }
-                Ok(())
+                positive_if_given("scaling.factor", factor)?;
+                positive_if_given("scaling.attention_factor", attention_factor)
             }
         }
     }
@@ -494,16 +491,7 @@ mod tests {
 
     #[test]
     fn yarn_default_attention_factor_follows_the_paper() {
-        let scaling = RopeScaling::Yarn {
-            factor: Some(4.0),
-            original_max_position_embeddings: 256,
-            beta_fast: None,
-            beta_slow: None,
-            mscale: None,
-            mscale_all_dim: None,
-            attention_factor: None,
-            truncate: None,
-        };
+        let scaling = RopeScaling::yarn(4.0, 256);
         let frequencies = rope_frequencies(10_000.0, 64, 1024, Some(&scaling), 1);
         assert!((frequencies.attention_scaling - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
         // The fastest pair is extrapolated (kept), the slowest interpolated (divided by 4).

@@ -120,16 +120,7 @@ fn gradient_is_the_inverse_rotation(device: &Device) {
     let device = device.clone().autodiff();
     let config = RotaryEncodingConfig::new(8)
         .with_rotary_dim(Some(6))
-        .with_scaling(Some(RopeScaling::Yarn {
-            factor: Some(2.0),
-            original_max_position_embeddings: 4,
-            beta_fast: None,
-            beta_slow: None,
-            mscale: None,
-            mscale_all_dim: None,
-            attention_factor: None,
-            truncate: None,
-        }));
+        .with_scaling(Some(RopeScaling::yarn(2.0, 4)));
     let rope = config.init(&device);
     let shape = [1, 2, 3, 8];
     let x = random(shape, &device).require_grad();
