@@ -170,6 +170,8 @@ impl MultiHeadAttention {
         key_padding: Option<Tensor<2, Bool>>,
         past: usize,
     ) -> Result<Tensor<4>, AttentionError> {
+        let groups = self.config.n_heads / self.config.kv_heads();
+        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         // Burn's fused kernel is right on every backend only without padding (a row with no
@@ -186,14 +188,13 @@ impl MultiHeadAttention {
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one).
+    /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
         v: Tensor<4>,
     ) -> Result<Tensor<4>, AttentionError> {
-        let groups = self.config.n_heads / self.config.kv_heads();
-        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
         let [batch, heads, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         let bias = match &self.alibi {
@@ -214,7 +215,7 @@ impl MultiHeadAttention {
     }
 
     /// Scores, bias, masks and softmax spelled out: the obviously-correct path, and the one for
-    /// padding, dropout and chunked prefill.
+    /// padding, dropout and chunked prefill. `k` and `v` have one head per query head.
     pub(crate) fn explicit(
         &self,
         q: Tensor<4>,
@@ -223,8 +224,6 @@ impl MultiHeadAttention {
         key_padding: Option<Tensor<2, Bool>>,
         past: usize,
     ) -> Result<Tensor<4>, AttentionError> {
-        let groups = self.config.n_heads / self.config.kv_heads();
-        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         let scale = (self.config.head_dim() as f64).sqrt().recip();

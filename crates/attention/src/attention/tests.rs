@@ -36,6 +36,7 @@ fn fused_path_equals_explicit_path(device: &Device) {
                 random([2, 2, 5, 8], device),
                 random([2, 2, 5, 8], device),
             );
+            let (k, v) = (repeat_kv(k, 2), repeat_kv(v, 2));
             let fused = module.fused(q.clone(), k.clone(), v.clone()).unwrap();
             let explicit = module.explicit(q, k, v, None, 0).unwrap();
             assert_close(&fused.into_data(), &floats(&explicit.into_data()), 1e-5);
