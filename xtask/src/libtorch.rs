@@ -76,8 +76,11 @@ impl TorchVenv {
 }
 
 fn has_torch(sh: &Shell, python: &Path) -> bool {
+    let check = format!(
+        "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '{TORCH_VERSION}')"
+    );
     python.exists()
-        && cmd!(sh, "{python} -c 'import torch, sys; sys.exit(torch.__version__.split(\"+\")[0] != \"2.9.0\")'")
+        && cmd!(sh, "{python} -c {check}")
             .quiet()
             .ignore_stderr()
             .run()
