@@ -15,9 +15,11 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
         sh.push_env("MALLOC_TRIM_THRESHOLD_", "4294967296"),
     ];
     let features = features();
+    // The whole workspace is selected so that the feature set (and so the build) is the one
+    // `test-backends` uses; `--bench *` keeps it to the benchmark targets.
     cmd!(
         sh,
-        "cargo bench --package benches --features {features} -- {args...}"
+        "cargo bench --workspace --exclude xtask --features {features} --bench * -- {args...}"
     )
     .run()?;
     Ok(())

@@ -1,6 +1,6 @@
 //! Runs one case on one device and compares every expected field.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use attention::{
     AttentionError, KvCache, LinearWeights, MultiHeadAttentionConfig, PositionalScheme,
@@ -81,7 +81,7 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
 struct Checker<'a> {
     case: &'a Case,
     expected: Map<String, Value>,
-    compared: BTreeMap<String, ()>,
+    compared: BTreeSet<String>,
     max_error: f64,
     failures: Vec<String>,
 }
@@ -91,7 +91,7 @@ impl<'a> Checker<'a> {
         Self {
             case,
             expected: case.expected(),
-            compared: BTreeMap::new(),
+            compared: BTreeSet::new(),
             max_error: 0.0,
             failures: Vec::new(),
         }
@@ -107,7 +107,7 @@ impl<'a> Checker<'a> {
         let Some(want) = self.expected.get(field) else {
             return;
         };
-        self.compared.insert(field.into(), ());
+        self.compared.insert(field.into());
         let want = match crate::case::tensor(want) {
             Ok(want) => want,
             Err(e) => return self.failures.push(format!("expected `{field}`: {e}")),
@@ -143,7 +143,7 @@ impl<'a> Checker<'a> {
         let Some(want) = self.expected.get(field) else {
             return;
         };
-        self.compared.insert(field.into(), ());
+        self.compared.insert(field.into());
         match want.as_f64() {
             Some(want) => self.values(field, &[got], &[want]),
             None => self
@@ -181,7 +181,7 @@ impl<'a> Checker<'a> {
     fn finish(self) -> Outcome {
         let mut failures = self.failures;
         for field in self.expected.keys() {
-            if !self.compared.contains_key(field) {
+            if !self.compared.contains(field) {
                 failures.push(format!(
                     "expected field `{field}` is not produced by this kind"
                 ));
