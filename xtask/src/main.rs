@@ -3,8 +3,10 @@
 //! - `test-backends [--backend NAME]...`: unit tests, then the conformance suite on every backend,
 //!   printed as a matrix.
 //! - `bench [ARGS]...`: the benchmarks on every backend.
+//! - `example NAME [ARGS]...`: an example binary with every backend available.
 
 mod bench;
+mod example;
 mod libtorch;
 mod test_backends;
 
@@ -22,9 +24,11 @@ fn main() -> anyhow::Result<()> {
     match command.as_str() {
         "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
         "bench" => bench::run(&sh, &rest),
+        "example" => example::run(&sh, &rest),
         "" | "help" | "--help" | "-h" => {
             println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
             println!("cargo xtask bench [divan arguments, e.g. a name filter]");
+            println!("cargo xtask example extrapolation|char-lm [ARGS]...");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),

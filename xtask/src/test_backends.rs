@@ -17,7 +17,7 @@ const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 /// Burn, where each new set costs tens of minutes. `cargo bench` uses the same set.
 pub fn features() -> String {
     let mut features = vec!["positional/autodiff".to_owned()];
-    for package in ["conformance", "benches"] {
+    for package in ["conformance", "examples", "benches"] {
         features.extend(
             BACKENDS
                 .iter()

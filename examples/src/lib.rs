@@ -1,0 +1,17 @@
+//! Training loops that run on any backend, built on the `positional` and `attention` crates.
+//!
+//! - [`extrapolation`]: the length-extrapolation study, the project's main job
+//!   (`cargo run --release -p examples --bin extrapolation`): one small decoder per positional
+//!   scheme, trained at one length and measured at 1, 2, 4 and 8 times it.
+//! - [`char_lm`]: a character-level language model on a text file
+//!   (`cargo run --release -p examples --bin char-lm -- --text FILE`).
+//!
+//! Both pick the backend at run time by name ([`device`]), train through Burn's autodiff with
+//! Adam ([`training`]) and use data generated in code ([`tasks`]).
+
+pub mod char_lm;
+pub mod device;
+pub mod extrapolation;
+pub mod report;
+pub mod tasks;
+pub mod training;

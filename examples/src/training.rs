@@ -1,0 +1,162 @@
+//! The training loop both examples share: next-token cross-entropy, Adam with warmup and cosine
+//! decay, gradient clipping, and a progress bar.
+
+use std::time::{Duration, Instant};
+
+use attention::{AttentionError, Decoder};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::grad_clipping::GradientClippingConfig;
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::{Int, Tensor};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How long and how fast to train.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Peak learning rate, reached after `warmup_steps` and decayed to a tenth by a cosine.
+    pub learning_rate: f64,
+    /// Steps of linear warmup.
+    pub warmup_steps: usize,
+}
+
+impl Schedule {
+    /// The learning rate at `step` (0-based).
+    pub fn learning_rate_at(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.learning_rate * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let decay_steps = self.steps.saturating_sub(self.warmup_steps).max(1);
+        let progress = (step - self.warmup_steps) as f64 / decay_steps as f64;
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos());
+        self.learning_rate * (0.1 + 0.9 * cosine)
+    }
+}
+
+/// Mean cross-entropy and accuracy of next-token prediction.
+pub struct NextTokenScores {
+    /// Mean cross-entropy over the scored targets, `[1]`.
+    pub loss: Tensor<1>,
+    /// 1 where the most likely token was the target, `[targets]`.
+    pub correct: Tensor<1, Int>,
+}
+
+/// Scores predicting `tokens[:, first_target..]` from the tokens before each one.
+///
+/// # Shapes
+/// - `tokens`: `[batch, context + 1]`; the model sees the first `context` tokens
+pub fn next_token_scores(
+    model: &Decoder,
+    tokens: Tensor<2, Int>,
+    first_target: usize,
+) -> Result<NextTokenScores, AttentionError> {
+    let [batch, len] = tokens.dims();
+    let context = len - 1;
+    let logits = model.try_forward(tokens.clone().narrow(1, 0, context))?;
+    let [_, _, vocab_size] = logits.dims();
+    let scored = len - first_target;
+    let logits = logits
+        .narrow(1, first_target - 1, scored)
+        .reshape([batch * scored, vocab_size]);
+    let targets = tokens
+        .narrow(1, first_target, scored)
+        .reshape([batch * scored]);
+    let loss = CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits.clone(), targets.clone());
+    let correct = logits
+        .argmax(1)
+        .reshape([batch * scored])
+        .equal(targets)
+        .int();
+    Ok(NextTokenScores { loss, correct })
+}
+
+/// A progress bar showing step, loss, tokens per second and time left (hidden when stderr is not
+/// a terminal, as in CI).
+pub fn progress_bar(steps: usize, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos:>5}/{len} {msg} eta {eta}")
+            .expect("the template is valid")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_owned());
+    bar
+}
+
+/// What training produced besides the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainingLog {
+    /// Mean loss over the last tenth of the steps.
+    pub final_loss: f64,
+    /// Wall time of the whole loop.
+    pub elapsed: Duration,
+    /// Tokens seen per second.
+    pub tokens_per_second: f64,
+}
+
+/// Trains `model` (which must live on an autodiff device) for `schedule.steps` steps on the
+/// batches `next_batch(step)` gives, and returns it with a short log.
+///
+/// Loss is read back every step: the progress bar needs it, and it keeps WGPU's queue short.
+pub fn train(
+    mut model: Decoder,
+    schedule: &Schedule,
+    first_target: usize,
+    mut next_batch: impl FnMut(usize) -> Tensor<2, Int>,
+    progress: &ProgressBar,
+) -> Result<(Decoder, TrainingLog), AttentionError> {
+    let mut optimizer = AdamConfig::new()
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
+        .init();
+    let started = Instant::now();
+    let mut tokens_seen = 0usize;
+    let mut recent = Vec::new();
+    let tail = (schedule.steps / 10).max(1);
+    for step in 0..schedule.steps {
+        let tokens = next_batch(step);
+        let [batch, len] = tokens.dims();
+        tokens_seen += batch * (len - 1);
+        let scores = next_token_scores(&model, tokens, first_target)?;
+        let loss_value = f64::from(scores.loss.clone().into_scalar::<f32>());
+        let gradients = GradientsParams::from_grads(scores.loss.backward(), &model);
+        model = optimizer.step(schedule.learning_rate_at(step), model, gradients);
+        if step + tail >= schedule.steps {
+            recent.push(loss_value);
+        }
+        let rate = tokens_seen as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        progress.set_message(format!("loss {loss_value:.4} {:.1}k tok/s", rate / 1e3));
+        progress.inc(1);
+    }
+    let elapsed = started.elapsed();
+    progress.finish();
+    let log = TrainingLog {
+        final_loss: recent.iter().sum::<f64>() / recent.len().max(1) as f64,
+        elapsed,
+        tokens_per_second: tokens_seen as f64 / elapsed.as_secs_f64().max(1e-9),
+    };
+    Ok((model, log))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learning_rate_warms_up_then_decays_to_a_tenth() {
+        let schedule = Schedule {
+            steps: 110,
+            learning_rate: 1.0,
+            warmup_steps: 10,
+        };
+        assert!((schedule.learning_rate_at(0) - 0.1).abs() < 1e-12);
+        assert!((schedule.learning_rate_at(9) - 1.0).abs() < 1e-12);
+        assert!((schedule.learning_rate_at(10) - 1.0).abs() < 1e-12);
+        assert!((schedule.learning_rate_at(60) - 0.55).abs() < 1e-12);
+        assert!((schedule.learning_rate_at(110) - 0.1).abs() < 1e-12);
+        let rates: Vec<f64> = (10..110).map(|s| schedule.learning_rate_at(s)).collect();
+        assert!(rates.windows(2).all(|w| w[1] <= w[0]));
+    }
+}
