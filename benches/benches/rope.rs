@@ -1,0 +1,123 @@
+//! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward),
+//! Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the same tensor
+//! (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
+//!
+//! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
+//! counted; the output is dropped outside it. `cargo xtask bench` prints the ratios.
+
+use burn::tensor::{Device, Distribution, Tensor};
+use divan::Bencher;
+use positional::{RopeLayout, RotaryEncodingConfig};
+
+/// `name`, `[batch, heads, seq, head_dim]`, offset of the first position.
+const SHAPES: [(&str, [usize; 4], usize); 4] = [
+    ("decode_b1_h32_s1_d128_at4096", [1, 32, 1, 128], 4096),
+    ("b1_h8_s128_d64", [1, 8, 128, 64], 0),
+    ("b1_h32_s1024_d128", [1, 32, 1024, 128], 0),
+    ("b4_h32_s1024_d128", [4, 32, 1024, 128], 0),
+];
+const NAMES: [&str; 4] = [SHAPES[0].0, SHAPES[1].0, SHAPES[2].0, SHAPES[3].0];
+
+fn main() {
+    divan::main();
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Variant {
+    Copy,
+    OursHalf,
+    OursInterleaved,
+    OursHalfForwardBackward,
+    Burn,
+}
+
+fn shape(name: &str) -> ([usize; 4], usize) {
+    let (_, dims, offset) = SHAPES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .expect("a known shape");
+    (*dims, *offset)
+}
+
+fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
+    let plain = positional::testing::device(backend);
+    let device: Device = match variant {
+        Variant::OursHalfForwardBackward => plain.clone().autodiff(),
+        _ => plain.clone(),
+    };
+    let ([batch, heads, seq, head_dim], offset) = shape(name);
+    let x = Tensor::<4>::random(
+        [batch, heads, seq, head_dim],
+        Distribution::Default,
+        &device,
+    );
+    let layout = match variant {
+        Variant::OursInterleaved => RopeLayout::Interleaved,
+        _ => RopeLayout::Half,
+    };
+    let ours = RotaryEncodingConfig::new(head_dim)
+        .with_layout(layout)
+        .with_max_position_embeddings(offset + seq)
+        .init(&device);
+    let theirs = burn::nn::RotaryEncodingConfig::new(offset + seq, head_dim).init(&device);
+    let call = || -> Tensor<4> {
+        match variant {
+            Variant::Copy => x.clone().mul_scalar(1.0),
+            Variant::OursHalf | Variant::OursInterleaved => {
+                ours.try_angles(offset, seq).unwrap().apply(x.clone())
+            }
+            Variant::OursHalfForwardBackward => {
+                let input = x.clone().require_grad();
+                let rotated = ours.try_angles(offset, seq).unwrap().apply(input.clone());
+                let gradients = rotated.sum().backward();
+                input.grad(&gradients).unwrap()
+            }
+            Variant::Burn => theirs.apply(x.clone(), offset),
+        }
+    };
+    // Warm up until WGPU has compiled its kernels and autotuned.
+    for _ in 0..5 {
+        call().into_data();
+    }
+    bencher.bench_local(|| {
+        let out = call();
+        device.sync().unwrap();
+        out
+    });
+}
+
+macro_rules! rope {
+    ($($feature:literal => $name:ident),*) => {$(
+        #[cfg(feature = $feature)]
+        mod $name {
+            use super::*;
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn copy(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::Copy);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn ours_half(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::OursHalf);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn ours_interleaved(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::OursInterleaved);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn ours_half_forward_backward(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::OursHalfForwardBackward);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn burn_interleaved(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::Burn);
+            }
+        }
+    )*};
+}
+
+rope!("ndarray" => ndarray, "flex" => flex, "wgpu" => wgpu, "tch" => tch);
