@@ -40,10 +40,9 @@ fn shape(name: &str) -> ([usize; 4], usize) {
 }
 
 fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
-    let plain = positional::testing::device(backend);
     let device: Device = match variant {
-        Variant::OursHalfForwardBackward => plain.clone().autodiff(),
-        _ => plain.clone(),
+        Variant::OursHalfForwardBackward => positional::testing::device(backend).autodiff(),
+        _ => positional::testing::device(backend),
     };
     let ([batch, heads, seq, head_dim], offset) = shape(name);
     let x = Tensor::<4>::random(
@@ -75,15 +74,7 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
             Variant::Burn => theirs.apply(x.clone(), offset),
         }
     };
-    // Warm up until WGPU has compiled its kernels and autotuned.
-    for _ in 0..5 {
-        call().into_data();
-    }
-    bencher.bench_local(|| {
-        let out = call();
-        device.sync().unwrap();
-        out
-    });
+    benches::bench_synced(bencher, &device, call);
 }
 
 macro_rules! rope {

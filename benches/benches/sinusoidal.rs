@@ -31,14 +31,7 @@ fn run(bencher: Bencher, backend: &str, variant: Variant) {
             Variant::Burn => theirs.forward(x.clone()),
         }
     };
-    for _ in 0..5 {
-        call().into_data();
-    }
-    bencher.bench_local(|| {
-        let out = call();
-        device.sync().unwrap();
-        out
-    });
+    benches::bench_synced(bencher, &device, call);
 }
 
 macro_rules! sinusoidal {
