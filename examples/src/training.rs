@@ -22,6 +22,16 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// The same schedule over `steps` steps; warmup takes at most a tenth of them, so that a
+    /// short run still decays.
+    pub fn with_steps(self, steps: usize) -> Self {
+        Self {
+            steps,
+            warmup_steps: self.warmup_steps.min(steps / 10),
+            ..self
+        }
+    }
+
     /// The learning rate at `step` (0-based).
     pub fn learning_rate_at(&self, step: usize) -> f64 {
         if step < self.warmup_steps {
@@ -158,5 +168,7 @@ mod tests {
         assert!((schedule.learning_rate_at(110) - 0.1).abs() < 1e-12);
         let rates: Vec<f64> = (10..110).map(|s| schedule.learning_rate_at(s)).collect();
         assert!(rates.windows(2).all(|w| w[1] <= w[0]));
+        assert_eq!(schedule.with_steps(30).warmup_steps, 3);
+        assert_eq!(schedule.with_steps(1000).warmup_steps, 10);
     }
 }

@@ -278,9 +278,20 @@ fn extrapolation_refuses_bad_flags() {
     let output = run(EXTRAPOLATION, &["--train-len", "2", "--steps", "1"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("train_len = 2"));
-    let output = run(EXTRAPOLATION, &["--load", "x", "--steps", "3"]);
+    // The folder exists, so only the flag conflict can make this fail.
+    let folder = scratch("load-conflict");
+    let output = run(
+        EXTRAPOLATION,
+        &["--load", folder.to_str().unwrap(), "--steps", "3"],
+    );
     assert!(
         !output.status.success(),
         "--load with --steps must be refused"
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--steps") && stderr.contains("--load"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(folder).unwrap();
 }

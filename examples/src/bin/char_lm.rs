@@ -55,11 +55,7 @@ fn main() -> anyhow::Result<()> {
         scheme: args.scheme,
         context: args.context,
         batch_size: args.batch_size,
-        schedule: examples::training::Schedule {
-            steps: args.steps,
-            warmup_steps: defaults.schedule.warmup_steps.min(args.steps / 10),
-            ..defaults.schedule
-        },
+        schedule: defaults.schedule.with_steps(args.steps),
         seed: args.seed,
         sample_len: args.sample_len,
         temperature: args.temperature,

@@ -65,11 +65,9 @@ fn main() -> anyhow::Result<()> {
         settings.eval_multiples = args.eval_multiples.clone();
     }
     settings.train_len = args.train_len.unwrap_or(settings.train_len);
-    settings.schedule.steps = args.steps.unwrap_or(settings.schedule.steps);
-    settings.schedule.warmup_steps = settings
-        .schedule
-        .warmup_steps
-        .min(settings.schedule.steps / 10);
+    if let Some(steps) = args.steps {
+        settings.schedule = settings.schedule.with_steps(steps);
+    }
     settings.seed = args.seed.unwrap_or(settings.seed);
     settings.validate(&device)?;
     std::fs::create_dir_all(&args.out)

@@ -134,6 +134,7 @@ impl RotaryEncodingConfig {
         Ok(RotaryEncoding {
             cos: Tensor::from_data(TensorData::new(cos, [cached_positions, width]), device),
             sin: Tensor::from_data(TensorData::new(sin, [cached_positions, width]), device),
+            halves_swapped: Tensor::from_ints([1, 0], device),
             config: self.clone(),
         })
     }
@@ -167,6 +168,8 @@ pub struct RotaryEncoding {
     cos: Tensor<2>,
     /// `[cached_positions, rotary_dim]`, see [`angle_tables`].
     sin: Tensor<2>,
+    /// `[1, 0]`: the gather that swaps the two halves of the half layout, uploaded once.
+    halves_swapped: Tensor<1, Int>,
     #[module(skip)]
     config: RotaryEncodingConfig,
 }
@@ -181,6 +184,7 @@ pub struct RotaryAngles {
     cos: Tensor<4>,
     /// `[batch or 1, 1, seq, rotary_dim]`, see [`angle_tables`].
     sin: Tensor<4>,
+    halves_swapped: Tensor<1, Int>,
     rotary_dim: usize,
     layout: RopeLayout,
 }
@@ -360,6 +364,7 @@ impl RotaryEncoding {
         RotaryAngles {
             cos: cos.reshape([rows, 1, seq, width]),
             sin: sin.reshape([rows, 1, seq, width]),
+            halves_swapped: self.halves_swapped.clone(),
             rotary_dim: self.config.rotary_dim(),
             layout: self.config.layout,
         }
@@ -414,14 +419,11 @@ impl RotaryAngles {
         // on ndarray, a flip of the halves 2x slower on flex.
         let half = self.rotary_dim / 2;
         let swapped = match self.layout {
-            RopeLayout::Half => {
-                let halves_swapped = Tensor::<1, Int>::from_ints([1, 0], &rotating.device());
-                rotating
-                    .clone()
-                    .reshape([batch, heads, seq, 2, half])
-                    .select(3, halves_swapped)
-                    .reshape([batch, heads, seq, self.rotary_dim])
-            }
+            RopeLayout::Half => rotating
+                .clone()
+                .reshape([batch, heads, seq, 2, half])
+                .select(3, self.halves_swapped.clone())
+                .reshape([batch, heads, seq, self.rotary_dim]),
             RopeLayout::Interleaved => rotating
                 .clone()
                 .reshape([batch, heads, seq, half, 2])
