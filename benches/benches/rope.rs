@@ -1,6 +1,7 @@
-//! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward),
-//! Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the same tensor
-//! (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
+//! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward,
+//! data stored `[batch, seq, heads, head_dim]` and read through `swap_dims`), our tensor-op
+//! reference, Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the
+//! same tensor (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
 //!
 //! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
 //! counted; the output is dropped outside it. `cargo xtask bench` prints the ratios.
@@ -28,6 +29,8 @@ enum Variant {
     OursHalf,
     OursInterleaved,
     OursHalfForwardBackward,
+    OursHalfSeqMajor,
+    TensorOpsHalf,
     Burn,
 }
 
@@ -45,11 +48,19 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
         _ => positional::testing::device(backend),
     };
     let ([batch, heads, seq, head_dim], offset) = shape(name);
-    let x = Tensor::<4>::random(
-        [batch, heads, seq, head_dim],
-        Distribution::Default,
-        &device,
-    );
+    let x = match variant {
+        Variant::OursHalfSeqMajor => Tensor::<4>::random(
+            [batch, seq, heads, head_dim],
+            Distribution::Default,
+            &device,
+        )
+        .swap_dims(1, 2),
+        _ => Tensor::<4>::random(
+            [batch, heads, seq, head_dim],
+            Distribution::Default,
+            &device,
+        ),
+    };
     let layout = match variant {
         Variant::OursInterleaved => RopeLayout::Interleaved,
         _ => RopeLayout::Half,
@@ -62,9 +73,14 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
     let call = || -> Tensor<4> {
         match variant {
             Variant::Copy => x.clone().mul_scalar(1.0),
-            Variant::OursHalf | Variant::OursInterleaved => {
+            Variant::OursHalf | Variant::OursInterleaved | Variant::OursHalfSeqMajor => {
                 ours.try_angles(offset, seq).unwrap().apply(x.clone())
             }
+            Variant::TensorOpsHalf => ours
+                .try_angles(offset, seq)
+                .unwrap()
+                .try_apply_reference(x.clone())
+                .unwrap(),
             Variant::OursHalfForwardBackward => {
                 let input = x.clone().require_grad();
                 let rotated = ours.try_angles(offset, seq).unwrap().apply(input.clone());
@@ -101,6 +117,16 @@ macro_rules! rope {
             #[divan::bench(args = NAMES, sample_count = 15)]
             fn ours_half_forward_backward(bencher: Bencher, shape: &str) {
                 run(bencher, $feature, shape, Variant::OursHalfForwardBackward);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn ours_half_seq_major(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::OursHalfSeqMajor);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn tensor_ops_half(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::TensorOpsHalf);
             }
 
             #[divan::bench(args = NAMES, sample_count = 15)]

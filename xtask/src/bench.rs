@@ -122,6 +122,18 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
                 "ours_interleaved",
                 "copy",
             );
+            ratio(
+                "rope half, [b,s,h,d] data / copy",
+                key.clone(),
+                "ours_half_seq_major",
+                "copy",
+            );
+            ratio(
+                "rope half / tensor-op reference",
+                key.clone(),
+                "ours_half",
+                "tensor_ops_half",
+            );
             ratio("burn rope / copy", key.clone(), "burn_interleaved", "copy");
             ratio(
                 "rope interleaved / burn rope",
@@ -155,6 +167,10 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
             "ours_b1_s1024_d4096",
             "burn_b1_s1024_d4096",
         );
+        for seq in ["512", "2048"] {
+            let key = format!("mha/{backend}/{{}}/{seq}");
+            ratio("attention ours / burn::nn MHA", key, "ours", "burn");
+        }
         let key = format!("decode/{backend}/{{}}");
         ratio("decode step cache 2048 / 512", key.clone(), "2048", "512");
         ratio("decode step cache 2048 / 128", key, "2048", "128");

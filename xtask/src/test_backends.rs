@@ -16,15 +16,15 @@ const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 /// Every backend is compiled in, whatever `--backend` says: one feature set means one build of
 /// Burn, where each new set costs tens of minutes. `cargo bench` uses the same set.
 pub fn features() -> String {
-    let mut features = vec!["positional/autodiff".to_owned()];
-    for package in ["conformance", "examples", "benches"] {
-        features.extend(
+    ["conformance", "examples", "benches"]
+        .iter()
+        .flat_map(|package| {
             BACKENDS
                 .iter()
-                .map(|backend| format!("{package}/{backend}")),
-        );
-    }
-    features.join(",")
+                .map(move |backend| format!("{package}/{backend}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 pub struct TestBackends {

@@ -11,6 +11,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Int, Tensor};
 use positional::{Alibi, RotaryEncoding};
 
+use crate::biased_sdpa;
 use crate::cache::KvCache;
 use crate::config::MultiHeadAttentionConfig;
 use crate::error::{AttentionError, or_panic};
@@ -187,7 +188,8 @@ impl MultiHeadAttention {
         }
     }
 
-    /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one).
+    /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
+    /// with ALiBi on LibTorch torch's SDPA with the bias as its float mask ([`biased_sdpa`]).
     /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
@@ -197,19 +199,24 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let [batch, heads, q_len, _] = q.dims();
         let k_len = k.dims()[2];
-        let bias = match &self.alibi {
-            Some(alibi) => Some(
-                alibi
-                    .try_bias(q_len, k_len)?
-                    .unsqueeze::<4>()
-                    .expand([batch, heads, q_len, k_len]),
-            ),
-            None => None,
+        let is_causal = self.config.causal && q_len > 1;
+        let (q, k, v, bias) = match &self.alibi {
+            Some(alibi) => {
+                let bias = alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
+                let scale = (self.config.head_dim() as f64).sqrt().recip();
+                match biased_sdpa::biased_attention(q, k, v, bias, scale, is_causal) {
+                    Ok(context) => return Ok(context),
+                    Err((q, k, v, bias)) => {
+                        (q, k, v, Some(bias.expand([batch, heads, q_len, k_len])))
+                    }
+                }
+            }
+            None => (q, k, v, None),
         };
         let options = AttentionModuleOptions {
             scale: None,
             softcap: None,
-            is_causal: self.config.causal && q_len > 1,
+            is_causal,
         };
         Ok(attention(q, k, v, None, bias, options))
     }

@@ -35,6 +35,7 @@
 //! ```
 
 mod attention;
+mod biased_sdpa;
 mod cache;
 mod config;
 pub mod error;

@@ -101,6 +101,11 @@ impl<'a> Checker<'a> {
         self.tensor_rows(field, field, got, None);
     }
 
+    /// Compares `got` with expected `field`, naming the comparison `label` in messages.
+    fn labelled(&mut self, label: &str, field: &str, got: TensorData) {
+        self.tensor_rows(label, field, got, None);
+    }
+
     /// Compares `got` with expected `field`, only at the rows (leading dimensions) where
     /// `rows[i]` is true; `label` names the comparison in messages.
     fn tensor_rows(&mut self, label: &str, field: &str, got: TensorData, rows: Option<&[bool]>) {
@@ -327,6 +332,13 @@ fn run_rope(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Sto
     let frequencies = rope.frequencies(running_length);
     check.tensor("q", q_out.to_data());
     check.tensor("k", k_out.to_data());
+    // The same rotation by Burn's tensor ops, the reference of the fused kernels, held to the
+    // same expected values.
+    let angles = rope.try_angles_at(int::<1>(&positions, &device)?)?;
+    let q_reference = angles.try_apply_reference(q.clone())?;
+    let k_reference = angles.try_apply_reference(k.clone())?;
+    check.labelled("q (tensor ops)", "q", q_reference.to_data());
+    check.labelled("k (tensor ops)", "k", k_reference.to_data());
     let inv_freq = frequencies.inv_freq.len();
     check.tensor(
         "inv_freq",
@@ -343,6 +355,13 @@ fn run_rope(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Sto
         let missing = || Stop::Case("no gradient reached the input".into());
         check.tensor("grad_q", q.grad(&grads).ok_or_else(missing)?.into_data());
         check.tensor("grad_k", k.grad(&grads).ok_or_else(missing)?.into_data());
+        let loss = (q_reference * float::<4>(&grad_q_out, &device)?).sum()
+            + (k_reference * float::<4>(&grad_k_out, &device)?).sum();
+        let grads = loss.backward();
+        let grad_q = q.grad(&grads).ok_or_else(missing)?.into_data();
+        let grad_k = k.grad(&grads).ok_or_else(missing)?.into_data();
+        check.labelled("grad_q (tensor ops)", "grad_q", grad_q);
+        check.labelled("grad_k (tensor ops)", "grad_k", grad_k);
     }
     Ok(())
 }

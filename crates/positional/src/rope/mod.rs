@@ -8,12 +8,18 @@
 //!
 //! cos and sin are computed in f64 on the host and rounded once to f32, so an angle of 131071 rad
 //! is as exact as f32 can hold the result, where computing `p * w` in f32 loses about 1e-2.
+//!
+//! The rotation itself is one fused pass per call on every backend this crate is built for
+//! ([`RotaryBackend`]), with the tensor-op form kept as its reference
+//! ([`RotaryAngles::try_apply_reference`]).
 
 mod frequencies;
+mod fused;
 mod huggingface;
 pub mod reference;
 
 pub use frequencies::{RopeFrequencies, RopeScaling, default_inv_freq, rope_frequencies};
+pub use fused::RotaryBackend;
 
 use burn::config::Config;
 use burn::module::Module;
@@ -180,10 +186,10 @@ pub struct RotaryEncoding {
 /// both queries and keys, so the tables are fetched once per step.
 #[derive(Debug, Clone)]
 pub struct RotaryAngles {
-    /// `[batch or 1, 1, seq, rotary_dim]`, see [`angle_tables`].
-    cos: Tensor<4>,
-    /// `[batch or 1, 1, seq, rotary_dim]`, see [`angle_tables`].
-    sin: Tensor<4>,
+    /// `[batch or 1, seq, rotary_dim]`, see [`angle_tables`].
+    cos: Tensor<3>,
+    /// `[batch or 1, seq, rotary_dim]`, see [`angle_tables`].
+    sin: Tensor<3>,
     halves_swapped: Tensor<1, Int>,
     rotary_dim: usize,
     layout: RopeLayout,
@@ -362,8 +368,8 @@ impl RotaryEncoding {
     ) -> RotaryAngles {
         let width = self.config.rotary_dim();
         RotaryAngles {
-            cos: cos.reshape([rows, 1, seq, width]),
-            sin: sin.reshape([rows, 1, seq, width]),
+            cos: cos.reshape([rows, seq, width]),
+            sin: sin.reshape([rows, seq, width]),
             halves_swapped: self.halves_swapped.clone(),
             rotary_dim: self.config.rotary_dim(),
             layout: self.config.layout,
@@ -374,13 +380,41 @@ impl RotaryEncoding {
 impl RotaryAngles {
     /// Rotates the first `rotary_dim` features of `x`; the rest pass through.
     ///
+    /// One fused pass on the backends this crate has a kernel for ([`RotaryBackend`]), else
+    /// [`try_apply_reference`](Self::try_apply_reference); both give the same values (bit for
+    /// bit on the CPU backends and LibTorch).
+    ///
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, with `batch` equal to the angles' batch or the
-    ///   angles shared by every row
+    ///   angles shared by every row. Any strides: data stored `[batch, seq, heads, head_dim]`,
+    ///   as a fused QKV projection leaves it, is passed as `x.swap_dims(1, 2)` and read in place
     /// - output: `[batch, heads, seq, head_dim]`
     pub fn try_apply(&self, x: Tensor<4>) -> Result<Tensor<4>, PositionalError> {
-        let [batch, heads, seq, head_dim] = x.dims();
-        let [rows, _, angle_seq, _] = self.cos.dims();
+        self.check(&x)?;
+        match fused::rotate(x, self.cos.clone(), self.sin.clone(), self.layout) {
+            Ok(rotated) => Ok(rotated),
+            Err(x) => Ok(self.rotate_with_tensor_ops(x)),
+        }
+    }
+
+    /// Panicking form of [`try_apply`](Self::try_apply).
+    pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {
+        or_panic(self.try_apply(x))
+    }
+
+    /// The rotation composed of Burn's tensor ops on any backend: the reference the fused
+    /// kernels are tested against, here and in the conformance suite.
+    ///
+    /// # Shapes
+    /// As [`try_apply`](Self::try_apply).
+    pub fn try_apply_reference(&self, x: Tensor<4>) -> Result<Tensor<4>, PositionalError> {
+        self.check(&x)?;
+        Ok(self.rotate_with_tensor_ops(x))
+    }
+
+    fn check(&self, x: &Tensor<4>) -> Result<(), PositionalError> {
+        let [batch, _, seq, head_dim] = x.dims();
+        let [rows, angle_seq, _] = self.cos.dims();
         if seq != angle_seq {
             return Err(PositionalError::input(
                 "x.dims()[2]",
@@ -402,6 +436,11 @@ impl RotaryAngles {
                 format!("must be at least rotary_dim ({})", self.rotary_dim),
             ));
         }
+        Ok(())
+    }
+
+    fn rotate_with_tensor_ops(&self, x: Tensor<4>) -> Tensor<4> {
+        let [batch, heads, seq, head_dim] = x.dims();
         let (rotating, passing) = if head_dim > self.rotary_dim {
             let rest = head_dim - self.rotary_dim;
             (
@@ -414,9 +453,9 @@ impl RotaryAngles {
         // Each pair (a, b) becomes (a cos - b sin, b cos + a sin): the features times `cos`, plus
         // the features with each pair's two members swapped times `sin`, whose sign the table
         // carries. Products then run over whole, contiguous tensors. The swap is the form each
-        // backend measured fastest (`cargo xtask bench rope`): a gather of the two halves, and a
-        // flip of each pair; products of narrowed halves or a `cat` of them are up to 25x slower
-        // on ndarray, a flip of the halves 2x slower on flex.
+        // backend measured fastest with tensor ops: a gather of the two halves, and a flip of
+        // each pair; products of narrowed halves or a `cat` of them are up to 25x slower on
+        // ndarray, a flip of the halves 2x slower on flex.
         let half = self.rotary_dim / 2;
         let swapped = match self.layout {
             RopeLayout::Half => rotating
@@ -430,16 +469,13 @@ impl RotaryAngles {
                 .flip([4])
                 .reshape([batch, heads, seq, self.rotary_dim]),
         };
-        let rotated = rotating * self.cos.clone() + swapped * self.sin.clone();
-        Ok(match passing {
+        let cos = self.cos.clone().unsqueeze_dim::<4>(1);
+        let sin = self.sin.clone().unsqueeze_dim::<4>(1);
+        let rotated = rotating * cos + swapped * sin;
+        match passing {
             Some(passing) => Tensor::cat(vec![rotated, passing], 3),
             None => rotated,
-        })
-    }
-
-    /// Panicking form of [`try_apply`](Self::try_apply).
-    pub fn apply(&self, x: Tensor<4>) -> Tensor<4> {
-        or_panic(self.try_apply(x))
+        }
     }
 }
 
@@ -471,3 +507,6 @@ fn angle_tables(
     }
     (cos, sin)
 }
+
+#[cfg(test)]
+mod tests;

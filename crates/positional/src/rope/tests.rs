@@ -305,3 +305,96 @@ fn dot_product_depends_only_on_relative_position(device: &Device) {
     });
 }
 for_each_backend!(dot_product_depends_only_on_relative_position);
+
+#[track_caller]
+fn assert_within(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tolerance,
+            "{what}: element {i}: fused {g}, tensor ops {w}"
+        );
+    }
+}
+
+/// Whether the backend computes `a * b + c * d` exactly as Burn's separate tensor ops do. CubeCL
+/// kernels may contract it into fused multiply-adds, which round once instead of twice.
+fn rounds_like_tensor_ops(device: &Device) -> bool {
+    #[cfg(feature = "wgpu")]
+    if *device == crate::testing::device("wgpu") {
+        return false;
+    }
+    let _ = device;
+    true
+}
+
+/// The fused kernel against the tensor-op path it replaces: both layouts, full and partial
+/// rotary, angles shared by the batch and per row, `[batch, heads, seq, head_dim]` data and
+/// `[batch, seq, heads, head_dim]` data read through `swap_dims`, a shape small enough for one
+/// thread and one split across threads; the outputs and the gradients.
+fn fused_kernel_equals_tensor_ops(device: &Device) {
+    let device = device.clone().autodiff();
+    assert!(
+        fused::has_kernel(device.as_dispatch()),
+        "no fused kernel for {device:?}: the comparison would test the tensor ops against themselves"
+    );
+    let tolerance = if rounds_like_tensor_ops(&device) {
+        0.0
+    } else {
+        2e-6
+    };
+    for (heads, seq, head_dim) in [(3, 5, 10), (4, 72, 128)] {
+        for layout in [RopeLayout::Half, RopeLayout::Interleaved] {
+            for rotary_dim in [None, Some(6)] {
+                let rope = RotaryEncodingConfig::new(head_dim)
+                    .with_layout(layout)
+                    .with_rotary_dim(rotary_dim)
+                    .with_max_position_embeddings(64)
+                    .init(&device);
+                // Per-row positions run past the 64-position table: host-computed rows.
+                let per_row: Vec<i64> = (0..2 * seq as i64).map(|i| (i * 7) % 97).collect();
+                let per_row =
+                    Tensor::<2, Int>::from_data(TensorData::new(per_row, [2, seq]), &device);
+                let angle_sets = [
+                    rope.try_angles(3, seq).unwrap(),
+                    rope.try_angles_at(per_row).unwrap(),
+                ];
+                for angles in &angle_sets {
+                    for seq_major in [false, true] {
+                        let x = if seq_major {
+                            random([2, seq, heads, head_dim], &device).swap_dims(1, 2)
+                        } else {
+                            random([2, heads, seq, head_dim], &device)
+                        }
+                        .require_grad();
+                        let weights = random([2, heads, seq, head_dim], &device);
+                        let mut results = Vec::new();
+                        for fused in [true, false] {
+                            let y = if fused {
+                                angles.apply(x.clone())
+                            } else {
+                                angles.try_apply_reference(x.clone()).unwrap()
+                            };
+                            let grads = (y.clone() * weights.clone()).sum().backward();
+                            let grad = x.grad(&grads).expect("x has a gradient");
+                            results.push((floats(&y.into_data()), grad.into_data()));
+                        }
+                        let what = format!(
+                            "{layout:?}, rotary_dim {rotary_dim:?}, [2, {heads}, {seq}, \
+                             {head_dim}], seq-major {seq_major}"
+                        );
+                        let (fused, reference) = (&results[0], &results[1]);
+                        assert_within(&fused.0, &reference.0, tolerance, &format!("{what}: y"));
+                        assert_within(
+                            &floats(&fused.1),
+                            &floats(&reference.1),
+                            tolerance,
+                            &format!("{what}: gradient"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+for_each_backend!(fused_kernel_equals_tensor_ops);

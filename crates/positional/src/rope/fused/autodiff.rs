@@ -1,0 +1,59 @@
+//! The gradient of the fused rotation: a rotation is orthogonal, so its backward pass is the
+//! rotation by minus the same angles, one more call of the same kernel.
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::{Backend, tensor::FloatTensor};
+
+use super::RotaryBackend;
+
+/// The cos/sin tables are computed from the configuration, never learned: the backward pass
+/// gives `x` its gradient and the tables none.
+#[derive(Debug)]
+struct Rotate;
+
+impl<B: Backend + RotaryBackend> Backward<B, 1> for Rotate {
+    /// The tables and the layout, to rotate the gradient back.
+    type State = (FloatTensor<B>, FloatTensor<B>, bool, bool);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (cos, sin, interleaved, inverse) = ops.state;
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+            B::rotate(grad, cos, sin, interleaved, !inverse)
+        });
+    }
+}
+
+impl<B: Backend + RotaryBackend, C: CheckpointStrategy> RotaryBackend for Autodiff<B, C> {
+    fn rotate(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        interleaved: bool,
+        inverse: bool,
+    ) -> FloatTensor<Self> {
+        let (cos, sin) = (cos.into_primitive(), sin.into_primitive());
+        match Rotate.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let out = B::rotate(
+                    x.into_primitive(),
+                    cos.clone(),
+                    sin.clone(),
+                    interleaved,
+                    inverse,
+                );
+                prep.finish((cos, sin, interleaved, inverse), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::rotate(
+                x.into_primitive(),
+                cos,
+                sin,
+                interleaved,
+                inverse,
+            )),
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The rotation on the CPU backends: one read of `x`, one write of the output, rows split across
+//! rayon's threads.
+//!
+//! Each product and sum is the one the tensor-op path computes, in the same order and without
+//! fused multiply-adds (Rust does not contract them), so the results are bit for bit the same.
+
+use rayon::prelude::*;
+
+/// Outputs up to this many elements are computed on one thread, and larger ones in tasks of about
+/// this many: spawning costs more than a decode step's `[1, 32, 1, 128]` takes.
+const SERIAL_ELEMENTS: usize = 1 << 15;
+
+/// Positions per task when rows are stored head by head: 16 rows of cos and sin at head_dim
+/// 128 are 16 KB, which stay in L1 while the task goes through every head.
+const POSITION_BLOCK: usize = 16;
+
+/// A `[batch, heads, seq, head_dim]` view of a buffer: element `[b, h, s, i]` is at
+/// `offset + b * strides[0] + h * strides[1] + s * strides[2] + i`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RowView {
+    pub shape: [usize; 4],
+    pub strides: [usize; 3],
+    pub offset: usize,
+}
+
+impl RowView {
+    /// The view for `shape` and element `strides`, or `None` when a stride is negative or the
+    /// features of a row are not adjacent (the caller makes the tensor contiguous first).
+    pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Option<Self> {
+        let shape: [usize; 4] = shape.try_into().ok()?;
+        if strides.len() != 4 || (strides[3] != 1 && shape[3] > 1) {
+            return None;
+        }
+        let mut positive = [0; 3];
+        for (axis, &stride) in strides[..3].iter().enumerate() {
+            positive[axis] = usize::try_from(stride).ok()?;
+        }
+        Some(Self {
+            shape,
+            strides: positive,
+            offset,
+        })
+    }
+}
+
+/// The rotated rows and how to read them as `[batch, heads, seq, head_dim]`.
+pub(super) struct Rotated {
+    /// The output, dense, its rows in the memory order of the input's.
+    pub data: Vec<f32>,
+    /// `data`'s shape: the input's first three axes in `order`, then `head_dim`.
+    pub stored_shape: [usize; 4],
+    /// The permutation that turns `data` back into `[batch, heads, seq, head_dim]`.
+    pub to_logical: [usize; 4],
+}
+
+/// Rotates every row of `x` (see [`RotaryBackend::rotate`](super::RotaryBackend::rotate)).
+///
+/// `cos` and `sin` are dense `[angle_rows, seq, rotary_dim]`, `angle_rows` 1 or the batch. The output keeps
+/// the order in which the input's rows lie in memory, so `[batch, seq, heads, head_dim]` data
+/// viewed as `[batch, heads, seq, head_dim]` is read and written in one sequential sweep.
+pub(super) fn rotate(
+    x: &[f32],
+    view: RowView,
+    cos: &[f32],
+    sin: &[f32],
+    angle_rows: usize,
+    interleaved: bool,
+    inverse: bool,
+) -> Rotated {
+    let [batch, heads, seq, head_dim] = view.shape;
+    let rotary_dim = cos.len() / (angle_rows * seq);
+    assert!(
+        (angle_rows == 1 || angle_rows == batch)
+            && sin.len() == cos.len()
+            && rotary_dim * angle_rows * seq == cos.len()
+            && rotary_dim <= head_dim,
+        "rotate: tables of {} values do not fit x {:?} and {angle_rows} angle rows",
+        cos.len(),
+        view.shape
+    );
+
+    // Outermost to innermost by stride; ties keep the logical order.
+    let mut order = [0, 1, 2];
+    order.sort_by_key(|&axis| std::cmp::Reverse(view.strides[axis]));
+    let stored_shape = [
+        view.shape[order[0]],
+        view.shape[order[1]],
+        view.shape[order[2]],
+        head_dim,
+    ];
+    let mut to_logical = [0, 0, 0, 3];
+    for (position, &axis) in order.iter().enumerate() {
+        to_logical[axis] = position;
+    }
+
+    let row_count = batch * heads * seq;
+    let mut data = vec![0.0; row_count * head_dim];
+    let rotate_row = |[b, h, s]: [usize; 3], out: &mut [f32]| {
+        let start = view.offset + b * view.strides[0] + h * view.strides[1] + s * view.strides[2];
+        let input = &x[start..start + head_dim];
+        let angle = ((if angle_rows == 1 { 0 } else { b }) * seq + s) * rotary_dim;
+        let (cos, sin) = (
+            &cos[angle..angle + rotary_dim],
+            &sin[angle..angle + rotary_dim],
+        );
+        match (interleaved, inverse) {
+            (false, false) => rotate_half::<false>(input, cos, sin, out),
+            (false, true) => rotate_half::<true>(input, cos, sin, out),
+            (true, false) => rotate_pairs::<false>(input, cos, sin, out),
+            (true, true) => rotate_pairs::<true>(input, cos, sin, out),
+        }
+        out[rotary_dim..].copy_from_slice(&input[rotary_dim..]);
+    };
+    let serial = data.len() <= SERIAL_ELEMENTS;
+    if order == [0, 1, 2] && seq > 1 {
+        // Rows stored head by head: going through them in that order would read the whole
+        // cos/sin table once per head, from memory. Instead each task takes a block of positions
+        // across every head, so a block's table rows are read once and then hit the cache.
+        let block = POSITION_BLOCK.min(seq);
+        let blocks = seq.div_ceil(block);
+        let mut bins: Vec<Vec<(usize, &mut [f32])>> = (0..batch * blocks)
+            .map(|_| Vec::with_capacity(heads))
+            .collect();
+        for (batch_head, chunk) in data.chunks_mut(seq * head_dim).enumerate() {
+            let (b, h) = (batch_head / heads, batch_head % heads);
+            for (index, piece) in chunk.chunks_mut(block * head_dim).enumerate() {
+                bins[b * blocks + index].push((h, piece));
+            }
+        }
+        let work = |(index, bin): (usize, &mut Vec<(usize, &mut [f32])>)| {
+            let (b, first) = (index / blocks, (index % blocks) * block);
+            let rows = bin[0].1.len() / head_dim;
+            for row in 0..rows {
+                for (h, piece) in bin.iter_mut() {
+                    let out = &mut piece[row * head_dim..(row + 1) * head_dim];
+                    rotate_row([b, *h, first + row], out);
+                }
+            }
+        };
+        if serial {
+            bins.iter_mut().enumerate().for_each(work);
+        } else {
+            bins.par_iter_mut().enumerate().for_each(work);
+        }
+    } else {
+        // Rows stored position by position (or one position): memory order already visits a
+        // position's heads together.
+        let logical = |row: usize| {
+            let inner = row % stored_shape[2];
+            let middle = (row / stored_shape[2]) % stored_shape[1];
+            let outer = row / (stored_shape[2] * stored_shape[1]);
+            let mut index = [0; 3];
+            index[order[0]] = outer;
+            index[order[1]] = middle;
+            index[order[2]] = inner;
+            index
+        };
+        if serial {
+            for (row, out) in data.chunks_exact_mut(head_dim).enumerate() {
+                rotate_row(logical(row), out);
+            }
+        } else {
+            let rows_per_task = SERIAL_ELEMENTS.div_ceil(head_dim);
+            data.par_chunks_mut(rows_per_task * head_dim)
+                .enumerate()
+                .for_each(|(task, chunk)| {
+                    for (i, out) in chunk.chunks_exact_mut(head_dim).enumerate() {
+                        rotate_row(logical(task * rows_per_task + i), out);
+                    }
+                });
+        }
+    }
+    Rotated {
+        data,
+        stored_shape,
+        to_logical,
+    }
+}
+
+/// Pairs `(j, j + half)`: `out[j] = x[j] cos[j] + x[j + half] sin[j]` and the other way round.
+#[inline]
+fn rotate_half<const INVERSE: bool>(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    let half = cos.len() / 2;
+    let (x1, x2) = x[..2 * half].split_at(half);
+    let (c1, c2) = cos.split_at(half);
+    let (s1, s2) = sin.split_at(half);
+    let (o1, o2) = out[..2 * half].split_at_mut(half);
+    for j in 0..half {
+        if INVERSE {
+            o1[j] = x1[j] * c1[j] - x2[j] * s1[j];
+            o2[j] = x2[j] * c2[j] - x1[j] * s2[j];
+        } else {
+            o1[j] = x1[j] * c1[j] + x2[j] * s1[j];
+            o2[j] = x2[j] * c2[j] + x1[j] * s2[j];
+        }
+    }
+}
+
+/// Pairs `(2j, 2j + 1)`.
+#[inline]
+fn rotate_pairs<const INVERSE: bool>(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+    let width = cos.len();
+    let pairs = x[..width]
+        .chunks_exact(2)
+        .zip(cos.chunks_exact(2))
+        .zip(sin.chunks_exact(2))
+        .zip(out[..width].chunks_exact_mut(2));
+    for (((x, c), s), o) in pairs {
+        if INVERSE {
+            o[0] = x[0] * c[0] - x[1] * s[0];
+            o[1] = x[1] * c[1] - x[0] * s[1];
+        } else {
+            o[0] = x[0] * c[0] + x[1] * s[0];
+            o[1] = x[1] * c[1] + x[0] * s[1];
+        }
+    }
+}
+
+#[cfg(feature = "flex")]
+mod flex {
+    use burn::backend::Flex;
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::TensorData;
+
+    use super::{RowView, rotate};
+    use crate::rope::fused::RotaryBackend;
+
+    impl RotaryBackend for Flex {
+        fn rotate(
+            x: FlexTensor,
+            cos: FlexTensor,
+            sin: FlexTensor,
+            interleaved: bool,
+            inverse: bool,
+        ) -> FlexTensor {
+            let layout = x.layout();
+            let (x, view) =
+                match RowView::new(layout.shape(), layout.strides(), layout.start_offset()) {
+                    Some(view) => (x, view),
+                    None => {
+                        let x = x.to_contiguous();
+                        let view = RowView::new(x.layout().shape(), x.layout().strides(), 0)
+                            .expect("a contiguous tensor has adjacent features");
+                        (x, view)
+                    }
+                };
+            let angle_rows = cos.layout().shape()[0];
+            let (cos, sin) = (dense(cos), dense(sin));
+            let rotated = rotate(
+                x.storage::<f32>(),
+                view,
+                dense_slice(&cos),
+                dense_slice(&sin),
+                angle_rows,
+                interleaved,
+                inverse,
+            );
+            FlexTensor::from_data(TensorData::new(rotated.data, rotated.stored_shape))
+                .permute(&rotated.to_logical)
+        }
+    }
+
+    fn dense(table: FlexTensor) -> FlexTensor {
+        if table.as_slice::<f32>().is_some() {
+            table
+        } else {
+            table.to_contiguous()
+        }
+    }
+
+    fn dense_slice(table: &FlexTensor) -> &[f32] {
+        table
+            .as_slice::<f32>()
+            .expect("tables were made contiguous")
+    }
+}
+
+#[cfg(feature = "ndarray")]
+mod ndarray_backend {
+    use burn::backend::NdArray;
+    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
+    use ndarray::{ArrayView, IxDyn};
+
+    use super::{RowView, rotate};
+    use crate::rope::fused::RotaryBackend;
+
+    impl RotaryBackend for NdArray {
+        fn rotate(
+            x: NdArrayTensor,
+            cos: NdArrayTensor,
+            sin: NdArrayTensor,
+            interleaved: bool,
+            inverse: bool,
+        ) -> NdArrayTensor {
+            let (NdArrayTensor::F32(x), NdArrayTensor::F32(cos), NdArrayTensor::F32(sin)) =
+                (x, cos, sin)
+            else {
+                panic!("rotate: the fused kernel takes f32 tensors (the caller checks the dtype)");
+            };
+            let (x, cos, sin) = (x.view(), cos.view(), sin.view());
+            let angle_rows = cos.shape()[0];
+            let (cos, sin) = (cos.as_standard_layout(), sin.as_standard_layout());
+            let cos = cos.as_slice().expect("standard layout");
+            let sin = sin.as_slice().expect("standard layout");
+            let rotated = match strided(&x) {
+                Some((data, view)) => {
+                    rotate(data, view, cos, sin, angle_rows, interleaved, inverse)
+                }
+                None => {
+                    let x = x.as_standard_layout();
+                    let (data, view) = strided(&x.view()).expect("standard layout is strided");
+                    rotate(data, view, cos, sin, angle_rows, interleaved, inverse)
+                }
+            };
+            let stored = SharedArray::from_shape_vec(IxDyn(&rotated.stored_shape), rotated.data)
+                .expect("the output holds exactly its shape's elements");
+            NdArrayTensor::from(stored.permuted_axes(IxDyn(&rotated.to_logical)))
+        }
+    }
+
+    /// `x`'s memory, from its first element, and how to read it, when no stride is negative:
+    /// the first element is then the lowest address.
+    fn strided<'a>(x: &ArrayView<'a, f32, IxDyn>) -> Option<(&'a [f32], RowView)> {
+        let view = RowView::new(x.shape(), x.strides(), 0)?;
+        Some((x.to_slice_memory_order()?, view))
+    }
+}

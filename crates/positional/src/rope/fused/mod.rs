@@ -1,0 +1,104 @@
+//! The fused rotation: one pass over `x` per call, as a Burn backend extension.
+//!
+//! [`RotaryBackend::rotate`] computes what [`RotaryAngles::try_apply_reference`]
+//! (super::RotaryAngles::try_apply_reference) computes with Burn's tensor ops, `x * cos +
+//! swap_pairs(x) * sin` on the first `rotary_dim` features and a copy of the rest, but reads `x`
+//! once and writes the output once: a multithreaded loop over the raw buffer on flex and ndarray
+//! ([`cpu`]), one CubeCL kernel on WGPU ([`cube`]), three torch kernels on LibTorch ([`tch`]). Its
+//! gradient is the rotation by minus the angle, the same op with `inverse` set ([`autodiff`]).
+//!
+//! Backends without an implementation here (or a dtype other than f32) take the tensor-op path;
+//! [`rotate`] decides per call from the tensor's device.
+
+// Burn 0.22 deprecates its ndarray and LibTorch backends in favour of flex and CubeCL; users
+// still run them, and this crate supports every backend Burn ships.
+#![allow(deprecated)]
+
+mod autodiff;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+mod cpu;
+#[cfg(feature = "wgpu")]
+mod cube;
+#[cfg(feature = "tch")]
+mod tch;
+
+use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Tensor};
+
+use super::RopeLayout;
+
+/// A rotation of `[batch, heads, seq, head_dim]` features by per-position angles, run by each
+/// backend in one pass.
+#[backend_extension(
+    Flex: cfg(feature = "flex"),
+    NdArray: cfg(feature = "ndarray"),
+    Cube: cfg(feature = "wgpu"),
+    Fusion: cfg(feature = "wgpu"),
+    LibTorch: cfg(feature = "tch"),
+    Autodiff,
+)]
+pub trait RotaryBackend: burn::backend::Backend {
+    /// Rotates the first `rotary_dim` features of each row of `x` (`rotary_dim` is the width of
+    /// the tables) and copies the rest.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`, any strides (the layout `[batch, seq, heads,
+    ///   head_dim]` with its middle axes swapped is read in place)
+    /// - `cos`, `sin`: `[batch or 1, seq, rotary_dim]`, laid out as [`angle_tables`]
+    ///   (super::angle_tables) lays them out: `out = x * cos + swap_pairs(x) * sin`
+    /// - output: `[batch, heads, seq, head_dim]`
+    ///
+    /// `inverse` rotates by minus the angles (`out = x * cos - swap_pairs(x) * sin`): the
+    /// gradient of the rotation.
+    #[fusion(dtype = x, shape = x)]
+    fn rotate(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        interleaved: bool,
+        inverse: bool,
+    ) -> FloatTensor<Self>;
+}
+
+/// The fused rotation of `x` (see [`RotaryBackend::rotate`]), or `None` when the tensor's backend
+/// or dtype has no fused kernel here, in which case the caller takes the tensor-op path.
+///
+/// Shapes are the caller's to check: `cos` and `sin` are `[batch or 1, seq, rotary_dim]`.
+pub(super) fn rotate(
+    x: Tensor<4>,
+    cos: Tensor<3>,
+    sin: Tensor<3>,
+    layout: RopeLayout,
+) -> Result<Tensor<4>, Tensor<4>> {
+    if x.dtype() != DType::F32 || cos.dtype() != DType::F32 || !has_kernel(x.device().as_dispatch())
+    {
+        return Err(x);
+    }
+    let interleaved = layout == RopeLayout::Interleaved;
+    let rotated = <burn::backend::Dispatch as RotaryBackend>::rotate(
+        x.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        interleaved,
+        false,
+    );
+    Ok(Tensor::from_dispatch(rotated))
+}
+
+/// Whether [`RotaryBackend`] is implemented for the backend of `device`. Burn features enabled by
+/// another crate can add backends this crate was not built for.
+pub(super) fn has_kernel(device: &DispatchDevice) -> bool {
+    match device {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => true,
+        #[cfg(feature = "wgpu")]
+        DispatchDevice::Cube(_) => true,
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(_) => true,
+        DispatchDevice::Autodiff(inner) => has_kernel(&inner.clone().inner()),
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
