@@ -203,13 +203,13 @@ impl MultiHeadAttention {
         let (q, k, v, bias) = match &self.alibi {
             Some(alibi) => {
                 let bias = alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
-                let scale = (self.config.head_dim() as f64).sqrt().recip();
-                match biased_sdpa::biased_attention(q, k, v, bias, scale, is_causal) {
-                    Ok(context) => return Ok(context),
-                    Err((q, k, v, bias)) => {
-                        (q, k, v, Some(bias.expand([batch, heads, q_len, k_len])))
-                    }
+                if biased_sdpa::available(&q) {
+                    let scale = (self.config.head_dim() as f64).sqrt().recip();
+                    return Ok(biased_sdpa::biased_attention(
+                        q, k, v, bias, scale, is_causal,
+                    ));
                 }
+                (q, k, v, Some(bias.expand([batch, heads, q_len, k_len])))
             }
             None => (q, k, v, None),
         };

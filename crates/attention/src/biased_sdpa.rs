@@ -56,7 +56,7 @@ impl BiasedAttentionBackend for burn::backend::LibTorch {
                 (mask.kind(), mask.device()),
             )
             .triu(k_len - q_len + 1);
-            mask = mask + hidden;
+            mask += hidden;
         }
         burn::backend::libtorch::TchTensor::new(tch::Tensor::scaled_dot_product_attention(
             &q.tensor,
@@ -71,7 +71,12 @@ impl BiasedAttentionBackend for burn::backend::LibTorch {
     }
 }
 
-/// [`BiasedAttentionBackend::biased_attention`] where the backend of `q` has it, else `None`.
+/// Whether the backend of `q` has [`BiasedAttentionBackend::biased_attention`].
+pub(crate) fn available(q: &Tensor<4>) -> bool {
+    has_kernel(q.device().as_dispatch())
+}
+
+/// [`BiasedAttentionBackend::biased_attention`], where [`available`].
 ///
 /// # Shapes
 /// As [`BiasedAttentionBackend::biased_attention`].
@@ -82,11 +87,8 @@ pub(crate) fn biased_attention(
     bias: Tensor<4>,
     scale: f64,
     causal: bool,
-) -> Result<Tensor<4>, (Tensor<4>, Tensor<4>, Tensor<4>, Tensor<4>)> {
-    if !has_kernel(q.device().as_dispatch()) {
-        return Err((q, k, v, bias));
-    }
-    Ok(Tensor::from_dispatch(
+) -> Tensor<4> {
+    Tensor::from_dispatch(
         <burn::backend::Dispatch as BiasedAttentionBackend>::biased_attention(
             q.into_dispatch(),
             k.into_dispatch(),
@@ -95,7 +97,7 @@ pub(crate) fn biased_attention(
             scale,
             causal,
         ),
-    ))
+    )
 }
 
 fn has_kernel(device: &DispatchDevice) -> bool {

@@ -391,9 +391,15 @@ impl RotaryAngles {
     /// - output: `[batch, heads, seq, head_dim]`
     pub fn try_apply(&self, x: Tensor<4>) -> Result<Tensor<4>, PositionalError> {
         self.check(&x)?;
-        match fused::rotate(x, self.cos.clone(), self.sin.clone(), self.layout) {
-            Ok(rotated) => Ok(rotated),
-            Err(x) => Ok(self.rotate_with_tensor_ops(x)),
+        if fused::available(&x, &self.cos) {
+            Ok(fused::rotate(
+                x,
+                self.cos.clone(),
+                self.sin.clone(),
+                self.layout,
+            ))
+        } else {
+            Ok(self.rotate_with_tensor_ops(x))
         }
     }
 

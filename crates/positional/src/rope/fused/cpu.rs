@@ -4,6 +4,8 @@
 //! Each product and sum is the one the tensor-op path computes, in the same order and without
 //! fused multiply-adds (Rust does not contract them), so the results are bit for bit the same.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 /// Outputs up to this many elements are computed on one thread, and larger ones in tasks of about
@@ -94,8 +96,12 @@ pub(super) fn rotate(
     }
 
     let row_count = batch * heads * seq;
-    let mut data = vec![0.0; row_count * head_dim];
-    let rotate_row = |[b, h, s]: [usize; 3], out: &mut [f32]| {
+    let elements = row_count * head_dim;
+    // The output is written once, into unfilled memory: zeroing it first would be a whole extra
+    // pass over it, a third of this kernel's memory traffic.
+    let mut data: Vec<f32> = Vec::with_capacity(elements);
+    let unfilled = &mut data.spare_capacity_mut()[..elements];
+    let rotate_row = |[b, h, s]: [usize; 3], out: &mut [MaybeUninit<f32>]| {
         let start = view.offset + b * view.strides[0] + h * view.strides[1] + s * view.strides[2];
         let input = &x[start..start + head_dim];
         let angle = ((if angle_rows == 1 { 0 } else { b }) * seq + s) * rotary_dim;
@@ -109,30 +115,31 @@ pub(super) fn rotate(
             (true, false) => rotate_pairs::<false>(input, cos, sin, out),
             (true, true) => rotate_pairs::<true>(input, cos, sin, out),
         }
-        out[rotary_dim..].copy_from_slice(&input[rotary_dim..]);
+        for (out, &passing) in out[rotary_dim..].iter_mut().zip(&input[rotary_dim..]) {
+            *out = MaybeUninit::new(passing);
+        }
     };
-    let serial = data.len() <= SERIAL_ELEMENTS;
+    let serial = elements <= SERIAL_ELEMENTS;
     if order == [0, 1, 2] && seq > 1 {
         // Rows stored head by head: going through them in that order would read the whole
-        // cos/sin table once per head, from memory. Instead each task takes a block of positions
-        // across every head, so a block's table rows are read once and then hit the cache.
+        // cos/sin table once per head, from beyond the core's caches. Instead each task takes a
+        // block of positions and goes through it head by head: the block's table rows stay in
+        // L1, and `x` and the output are still read and written in runs of `block` rows.
         let block = POSITION_BLOCK.min(seq);
         let blocks = seq.div_ceil(block);
-        let mut bins: Vec<Vec<(usize, &mut [f32])>> = (0..batch * blocks)
+        let mut bins: Vec<Vec<(usize, &mut [MaybeUninit<f32>])>> = (0..batch * blocks)
             .map(|_| Vec::with_capacity(heads))
             .collect();
-        for (batch_head, chunk) in data.chunks_mut(seq * head_dim).enumerate() {
+        for (batch_head, chunk) in unfilled.chunks_mut(seq * head_dim).enumerate() {
             let (b, h) = (batch_head / heads, batch_head % heads);
             for (index, piece) in chunk.chunks_mut(block * head_dim).enumerate() {
                 bins[b * blocks + index].push((h, piece));
             }
         }
-        let work = |(index, bin): (usize, &mut Vec<(usize, &mut [f32])>)| {
+        let work = |(index, bin): (usize, &mut Vec<(usize, &mut [MaybeUninit<f32>])>)| {
             let (b, first) = (index / blocks, (index % blocks) * block);
-            let rows = bin[0].1.len() / head_dim;
-            for row in 0..rows {
-                for (h, piece) in bin.iter_mut() {
-                    let out = &mut piece[row * head_dim..(row + 1) * head_dim];
+            for (h, piece) in bin.iter_mut() {
+                for (row, out) in piece.chunks_exact_mut(head_dim).enumerate() {
                     rotate_row([b, *h, first + row], out);
                 }
             }
@@ -156,12 +163,13 @@ pub(super) fn rotate(
             index
         };
         if serial {
-            for (row, out) in data.chunks_exact_mut(head_dim).enumerate() {
+            for (row, out) in unfilled.chunks_exact_mut(head_dim).enumerate() {
                 rotate_row(logical(row), out);
             }
         } else {
             let rows_per_task = SERIAL_ELEMENTS.div_ceil(head_dim);
-            data.par_chunks_mut(rows_per_task * head_dim)
+            unfilled
+                .par_chunks_mut(rows_per_task * head_dim)
                 .enumerate()
                 .for_each(|(task, chunk)| {
                     for (i, out) in chunk.chunks_exact_mut(head_dim).enumerate() {
@@ -169,6 +177,14 @@ pub(super) fn rotate(
                     }
                 });
         }
+    }
+    // SAFETY: the first `elements` values of the capacity are initialised: `unfilled` is split
+    // into rows of `head_dim` (by position blocks, or in order), every row goes to `rotate_row`
+    // exactly once, and `rotate_row` writes all of its row: `rotate_half` / `rotate_pairs` each
+    // of the first `rotary_dim` values, the loop after them each of the rest.
+    #[allow(unsafe_code)]
+    unsafe {
+        data.set_len(elements);
     }
     Rotated {
         data,
@@ -179,26 +195,36 @@ pub(super) fn rotate(
 
 /// Pairs `(j, j + half)`: `out[j] = x[j] cos[j] + x[j + half] sin[j]` and the other way round.
 #[inline]
-fn rotate_half<const INVERSE: bool>(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+fn rotate_half<const INVERSE: bool>(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    out: &mut [MaybeUninit<f32>],
+) {
     let half = cos.len() / 2;
     let (x1, x2) = x[..2 * half].split_at(half);
     let (c1, c2) = cos.split_at(half);
     let (s1, s2) = sin.split_at(half);
     let (o1, o2) = out[..2 * half].split_at_mut(half);
     for j in 0..half {
-        if INVERSE {
-            o1[j] = x1[j] * c1[j] - x2[j] * s1[j];
-            o2[j] = x2[j] * c2[j] - x1[j] * s2[j];
+        let (first, second) = if INVERSE {
+            (x1[j] * c1[j] - x2[j] * s1[j], x2[j] * c2[j] - x1[j] * s2[j])
         } else {
-            o1[j] = x1[j] * c1[j] + x2[j] * s1[j];
-            o2[j] = x2[j] * c2[j] + x1[j] * s2[j];
-        }
+            (x1[j] * c1[j] + x2[j] * s1[j], x2[j] * c2[j] + x1[j] * s2[j])
+        };
+        o1[j] = MaybeUninit::new(first);
+        o2[j] = MaybeUninit::new(second);
     }
 }
 
 /// Pairs `(2j, 2j + 1)`.
 #[inline]
-fn rotate_pairs<const INVERSE: bool>(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+fn rotate_pairs<const INVERSE: bool>(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    out: &mut [MaybeUninit<f32>],
+) {
     let width = cos.len();
     let pairs = x[..width]
         .chunks_exact(2)
@@ -206,13 +232,13 @@ fn rotate_pairs<const INVERSE: bool>(x: &[f32], cos: &[f32], sin: &[f32], out: &
         .zip(sin.chunks_exact(2))
         .zip(out[..width].chunks_exact_mut(2));
     for (((x, c), s), o) in pairs {
-        if INVERSE {
-            o[0] = x[0] * c[0] - x[1] * s[0];
-            o[1] = x[1] * c[1] - x[0] * s[1];
+        let (first, second) = if INVERSE {
+            (x[0] * c[0] - x[1] * s[0], x[1] * c[1] - x[0] * s[1])
         } else {
-            o[0] = x[0] * c[0] + x[1] * s[0];
-            o[1] = x[1] * c[1] + x[0] * s[1];
-        }
+            (x[0] * c[0] + x[1] * s[0], x[1] * c[1] + x[0] * s[1])
+        };
+        o[0] = MaybeUninit::new(first);
+        o[1] = MaybeUninit::new(second);
     }
 }
 

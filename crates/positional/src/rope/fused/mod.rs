@@ -60,8 +60,13 @@ pub trait RotaryBackend: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// The fused rotation of `x` (see [`RotaryBackend::rotate`]), or `None` when the tensor's backend
-/// or dtype has no fused kernel here, in which case the caller takes the tensor-op path.
+/// Whether [`rotate`] runs for these tensors: their backend has a fused kernel here and they
+/// are f32. Otherwise the caller takes the tensor-op path.
+pub(super) fn available(x: &Tensor<4>, cos: &Tensor<3>) -> bool {
+    x.dtype() == DType::F32 && cos.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+}
+
+/// The fused rotation of `x` (see [`RotaryBackend::rotate`]), where [`available`].
 ///
 /// Shapes are the caller's to check: `cos` and `sin` are `[batch or 1, seq, rotary_dim]`.
 pub(super) fn rotate(
@@ -69,20 +74,15 @@ pub(super) fn rotate(
     cos: Tensor<3>,
     sin: Tensor<3>,
     layout: RopeLayout,
-) -> Result<Tensor<4>, Tensor<4>> {
-    if x.dtype() != DType::F32 || cos.dtype() != DType::F32 || !has_kernel(x.device().as_dispatch())
-    {
-        return Err(x);
-    }
-    let interleaved = layout == RopeLayout::Interleaved;
+) -> Tensor<4> {
     let rotated = <burn::backend::Dispatch as RotaryBackend>::rotate(
         x.into_dispatch(),
         cos.into_dispatch(),
         sin.into_dispatch(),
-        interleaved,
+        layout == RopeLayout::Interleaved,
         false,
     );
-    Ok(Tensor::from_dispatch(rotated))
+    Tensor::from_dispatch(rotated)
 }
 
 /// Whether [`RotaryBackend`] is implemented for the backend of `device`. Burn features enabled by
