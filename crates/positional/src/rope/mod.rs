@@ -382,7 +382,7 @@ impl RotaryAngles {
     ///
     /// One fused pass on the backends this crate has a kernel for ([`RotaryBackend`]), else
     /// [`try_apply_reference`](Self::try_apply_reference); both give the same values (bit for
-    /// bit on the CPU backends and LibTorch).
+    /// bit on the CPU backends; WGPU's compiler may fuse a multiply-add, which rounds once).
     ///
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, with `batch` equal to the angles' batch or the

@@ -334,8 +334,17 @@ fn rounds_like_tensor_ops(device: &Device) -> bool {
 /// thread and one split across threads; the outputs and the gradients.
 fn fused_kernel_equals_tensor_ops(device: &Device) {
     let device = device.clone().autodiff();
+    let kernel = fused::has_kernel(device.as_dispatch());
+    #[cfg(feature = "tch")]
+    if device == crate::testing::device("tch") {
+        assert!(
+            !kernel,
+            "LibTorch takes the tensor-op path, measured faster there"
+        );
+        return;
+    }
     assert!(
-        fused::has_kernel(device.as_dispatch()),
+        kernel,
         "no fused kernel for {device:?}: the comparison would test the tensor ops against themselves"
     );
     let tolerance = if rounds_like_tensor_ops(&device) {
@@ -343,7 +352,7 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
     } else {
         2e-6
     };
-    for (heads, seq, head_dim) in [(3, 5, 10), (4, 72, 128)] {
+    for (heads, seq, head_dim) in [(3, 5, 10), (8, 72, 128)] {
         for layout in [RopeLayout::Half, RopeLayout::Interleaved] {
             for rotary_dim in [None, Some(6)] {
                 let rope = RotaryEncodingConfig::new(head_dim)

@@ -48,23 +48,17 @@ fn rotate_kernel(
         };
         let a = x[base + first * feature_stride];
         let other = x[base + second * feature_stride];
+        // Each pair's cosine is on both of its features and its sine is `-s` on the first and
+        // `+s` on the second (`angle_tables`): the first feature's entries are enough.
         let angle_row = select(cos.shape(0) == 1, 0, b);
-        let c = angle_row * cos.stride(0) + s * cos.stride(1);
-        let n = angle_row * sin.stride(0) + s * sin.stride(1);
-        let (c1, c2) = (
-            cos[c + first * cos.stride(2)],
-            cos[c + second * cos.stride(2)],
-        );
-        let (s1, s2) = (
-            sin[n + first * sin.stride(2)],
-            sin[n + second * sin.stride(2)],
-        );
+        let c = cos[angle_row * cos.stride(0) + s * cos.stride(1) + first * cos.stride(2)];
+        let minus_s = sin[angle_row * sin.stride(0) + s * sin.stride(1) + first * sin.stride(2)];
         if inverse {
-            output[out_base + first] = a * c1 - other * s1;
-            output[out_base + second] = other * c2 - a * s2;
+            output[out_base + first] = a * c - other * minus_s;
+            output[out_base + second] = other * c + a * minus_s;
         } else {
-            output[out_base + first] = a * c1 + other * s1;
-            output[out_base + second] = other * c2 + a * s2;
+            output[out_base + first] = a * c + other * minus_s;
+            output[out_base + second] = other * c - a * minus_s;
         }
     } else {
         let feature = unit + half;
