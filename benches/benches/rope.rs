@@ -84,7 +84,8 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
             Variant::OursHalfForwardBackward => {
                 let input = x.clone().require_grad();
                 let rotated = ours.try_angles(offset, seq).unwrap().apply(input.clone());
-                let gradients = rotated.sum().backward();
+                // Seeded with ones of the output's shape: the rotation's own backward, not a loss's.
+                let gradients = rotated.backward();
                 input.grad(&gradients).unwrap()
             }
             Variant::Burn => theirs.apply(x.clone(), offset),
