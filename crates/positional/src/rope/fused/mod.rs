@@ -50,6 +50,8 @@ pub trait RotaryBackend: burn::backend::Backend {
     /// `inverse` rotates by minus the angles (`out = x * cos - swap_pairs(x) * sin`): the
     /// gradient of the rotation.
     #[fusion(dtype = x, shape = x)]
+    // Built without a backend feature, the generated dispatch has no arm that reads them.
+    #[allow(unused_variables)]
     fn rotate(
         x: FloatTensor<Self>,
         cos: FloatTensor<Self>,
