@@ -1,15 +1,16 @@
 //! The fused rotation: one pass over `x` per call, as a Burn backend extension.
 //!
-//! [`RotaryBackend::rotate`] computes what [`RotaryAngles::try_apply_reference`]
-//! (super::RotaryAngles::try_apply_reference) computes with Burn's tensor ops, `x * cos +
-//! swap_pairs(x) * sin` on the first `rotary_dim` features and a copy of the rest, but reads `x`
-//! once and writes the output once: a multithreaded loop over the raw buffer on flex and ndarray
-//! ([`cpu`]), one CubeCL kernel on WGPU and the other CubeCL runtimes ([`cube`]). Its gradient is
-//! the rotation by minus the angle, the same op with `inverse` set ([`autodiff`]).
+//! [`RotaryBackend::rotate`] computes what
+//! [`RotaryAngles::try_apply_reference`](super::RotaryAngles::try_apply_reference) computes with
+//! Burn's tensor ops, `x * cos + swap_pairs(x) * sin` on the first `rotary_dim` features and a
+//! copy of the rest, but reads `x` once and writes the output once: a multithreaded loop over the
+//! raw buffer on flex and ndarray (`cpu.rs`), one CubeCL kernel on WGPU and the other CubeCL
+//! runtimes (`cube.rs`). Its gradient is the rotation by minus the angle, the same op with
+//! `inverse` set (`autodiff.rs`).
 //!
 //! Backends without an implementation here (or a dtype other than f32) take the tensor-op path;
-//! [`rotate`] decides per call from the tensor's device. LibTorch is one of them on purpose: torch
-//! has no rotary kernel and building one needs a C++ toolchain against libtorch's headers, and
+//! [`available`] decides per call from the tensor's device. LibTorch is one of them on purpose:
+//! torch has no rotary kernel, building one needs a C++ toolchain against libtorch's headers, and
 //! the shortest sequence of torch's own kernels (a gather for the swap, two products, an in-place
 //! sum) measured 1.1-1.5x slower than Burn's tensor ops on torch (`cargo xtask bench rope`).
 
@@ -43,8 +44,9 @@ pub trait RotaryBackend: burn::backend::Backend {
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, any strides (the layout `[batch, seq, heads,
     ///   head_dim]` with its middle axes swapped is read in place)
-    /// - `cos`, `sin`: `[batch or 1, seq, rotary_dim]`, laid out as [`angle_tables`]
-    ///   (super::angle_tables) lays them out: `out = x * cos + swap_pairs(x) * sin`
+    /// - `cos`, `sin`: `[batch or 1, seq, rotary_dim]`, each pair's cosine on both of its
+    ///   features and its sine as `-sin` on the first and `+sin` on the second, so that
+    ///   `out = x * cos + swap_pairs(x) * sin`
     /// - output: `[batch, heads, seq, head_dim]`
     ///
     /// `inverse` rotates by minus the angles (`out = x * cos - swap_pairs(x) * sin`): the
