@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
-use crate::test_backends::features;
+use crate::test_backends::{BACKENDS, features};
 
 pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     let torch = TorchVenv::provision(sh)?;
@@ -104,7 +104,6 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
             ));
         }
     };
-    let backends = ["ndarray", "flex", "wgpu", "tch"];
     let mut rope_shapes: Vec<String> = medians
         .keys()
         .filter(|k| k.starts_with("rope/"))
@@ -112,7 +111,7 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
         .collect();
     rope_shapes.sort();
     rope_shapes.dedup();
-    for backend in backends {
+    for backend in BACKENDS {
         for shape in &rope_shapes {
             let key = format!("rope/{backend}/{{}}/{shape}");
             ratio("rope half / copy", key.clone(), "ours_half", "copy");

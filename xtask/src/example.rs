@@ -7,7 +7,7 @@ use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
 use crate::target_dir;
-use crate::test_backends::features;
+use crate::test_backends;
 
 pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     let (name, rest) = args
@@ -15,13 +15,8 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
         .context("usage: cargo xtask example extrapolation|char-lm [ARGS]...")?;
     let torch = TorchVenv::provision(sh)?;
     let _env = torch.activate(sh);
-    let features = features();
-    // The test build's exact command, so that nothing is compiled twice.
-    cmd!(
-        sh,
-        "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
-    )
-    .run()?;
+    // The test build, so that nothing is compiled twice.
+    test_backends::build(sh)?;
     let binary = target_dir().join("release").join(name);
     // Relative paths in ARGS mean what they meant where the user typed the command.
     let _dir = sh.push_dir(std::env::current_dir()?);

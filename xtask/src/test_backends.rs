@@ -11,7 +11,7 @@ use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
 
-const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
+pub const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 
 /// Every backend is compiled in, whatever `--backend` says: one feature set means one build of
 /// Burn, where each new set costs tens of minutes. `cargo bench` uses the same set.
@@ -25,6 +25,18 @@ pub fn features() -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The one build everything runs from: the workspace's tests, benchmarks, examples and the
+/// conformance runner, with every backend.
+pub fn build(sh: &Shell) -> anyhow::Result<()> {
+    let features = features();
+    cmd!(
+        sh,
+        "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
+    )
+    .run()
+    .context("building the workspace with every backend")
 }
 
 pub struct TestBackends {
@@ -70,12 +82,7 @@ impl TestBackends {
 
         let features = features();
         let build_started = Instant::now();
-        cmd!(
-            sh,
-            "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
-        )
-        .run()
-        .context("building the workspace with every backend")?;
+        build(sh)?;
         let build_time = build_started.elapsed();
 
         let tests_started = Instant::now();

@@ -188,6 +188,11 @@ impl MultiHeadAttention {
         }
     }
 
+    /// `1 / sqrt(head_dim)`, the scale of `q k^T`.
+    fn score_scale(&self) -> f64 {
+        (self.config.head_dim() as f64).sqrt().recip()
+    }
+
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
     /// with ALiBi on LibTorch torch's SDPA with the bias as its float mask ([`biased_sdpa`]).
     /// `k` and `v` have one head per query head.
@@ -204,9 +209,13 @@ impl MultiHeadAttention {
             Some(alibi) => {
                 let bias = alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
                 if biased_sdpa::available(&q) {
-                    let scale = (self.config.head_dim() as f64).sqrt().recip();
                     return Ok(biased_sdpa::biased_attention(
-                        q, k, v, bias, scale, is_causal,
+                        q,
+                        k,
+                        v,
+                        bias,
+                        self.score_scale(),
+                        is_causal,
                     ));
                 }
                 (q, k, v, Some(bias.expand([batch, heads, q_len, k_len])))
@@ -233,8 +242,7 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
-        let scale = (self.config.head_dim() as f64).sqrt().recip();
-        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale);
+        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(self.score_scale());
         if let Some(alibi) = &self.alibi {
             scores = scores + alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
         }

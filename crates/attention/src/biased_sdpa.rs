@@ -49,17 +49,19 @@ impl BiasedAttentionBackend for burn::backend::LibTorch {
         scale: f64,
         causal: bool,
     ) -> burn::backend::libtorch::TchTensor {
-        let mut mask = bias.tensor;
-        if causal {
+        // A new tensor, not an in-place add: the bias may share its storage with the caller's.
+        let mask = if causal {
             let (q_len, k_len) = (q.tensor.size()[2], k.tensor.size()[2]);
             let hidden = tch::Tensor::full(
                 [q_len, k_len],
                 f64::NEG_INFINITY,
-                (mask.kind(), mask.device()),
+                (bias.tensor.kind(), bias.tensor.device()),
             )
             .triu(k_len - q_len + 1);
-            mask += hidden;
-        }
+            &bias.tensor + hidden
+        } else {
+            bias.tensor
+        };
         burn::backend::libtorch::TchTensor::new(tch::Tensor::scaled_dot_product_attention(
             &q.tensor,
             &k.tensor,

@@ -191,7 +191,6 @@ pub struct RotaryAngles {
     /// `[batch or 1, seq, rotary_dim]`, see [`angle_tables`].
     sin: Tensor<3>,
     halves_swapped: Tensor<1, Int>,
-    rotary_dim: usize,
     layout: RopeLayout,
 }
 
@@ -371,7 +370,6 @@ impl RotaryEncoding {
             cos: cos.reshape([rows, seq, width]),
             sin: sin.reshape([rows, seq, width]),
             halves_swapped: self.halves_swapped.clone(),
-            rotary_dim: self.config.rotary_dim(),
             layout: self.config.layout,
         }
     }
@@ -420,7 +418,7 @@ impl RotaryAngles {
 
     fn check(&self, x: &Tensor<4>) -> Result<(), PositionalError> {
         let [batch, _, seq, head_dim] = x.dims();
-        let [rows, angle_seq, _] = self.cos.dims();
+        let [rows, angle_seq, rotary_dim] = self.cos.dims();
         if seq != angle_seq {
             return Err(PositionalError::input(
                 "x.dims()[2]",
@@ -435,11 +433,11 @@ impl RotaryAngles {
                 format!("must equal the batch of the positions ({rows})"),
             ));
         }
-        if head_dim < self.rotary_dim {
+        if head_dim < rotary_dim {
             return Err(PositionalError::input(
                 "x.dims()[3]",
                 head_dim,
-                format!("must be at least rotary_dim ({})", self.rotary_dim),
+                format!("must be at least rotary_dim ({rotary_dim})"),
             ));
         }
         Ok(())
@@ -447,11 +445,13 @@ impl RotaryAngles {
 
     fn rotate_with_tensor_ops(&self, x: Tensor<4>) -> Tensor<4> {
         let [batch, heads, seq, head_dim] = x.dims();
-        let (rotating, passing) = if head_dim > self.rotary_dim {
-            let rest = head_dim - self.rotary_dim;
+        // The number of rotating features is the tables' width.
+        let rotary_dim = self.cos.dims()[2];
+        let (rotating, passing) = if head_dim > rotary_dim {
+            let rest = head_dim - rotary_dim;
             (
-                x.clone().narrow(3, 0, self.rotary_dim),
-                Some(x.narrow(3, self.rotary_dim, rest)),
+                x.clone().narrow(3, 0, rotary_dim),
+                Some(x.narrow(3, rotary_dim, rest)),
             )
         } else {
             (x, None)
@@ -462,18 +462,18 @@ impl RotaryAngles {
         // backend measured fastest with tensor ops: a gather of the two halves, and a flip of
         // each pair; products of narrowed halves or a `cat` of them are up to 25x slower on
         // ndarray, a flip of the halves 2x slower on flex.
-        let half = self.rotary_dim / 2;
+        let half = rotary_dim / 2;
         let swapped = match self.layout {
             RopeLayout::Half => rotating
                 .clone()
                 .reshape([batch, heads, seq, 2, half])
                 .select(3, self.halves_swapped.clone())
-                .reshape([batch, heads, seq, self.rotary_dim]),
+                .reshape([batch, heads, seq, rotary_dim]),
             RopeLayout::Interleaved => rotating
                 .clone()
                 .reshape([batch, heads, seq, half, 2])
                 .flip([4])
-                .reshape([batch, heads, seq, self.rotary_dim]),
+                .reshape([batch, heads, seq, rotary_dim]),
         };
         let cos = self.cos.clone().unsqueeze_dim::<4>(1);
         let sin = self.sin.clone().unsqueeze_dim::<4>(1);

@@ -35,25 +35,18 @@ impl<B: Backend + RotaryBackend, C: CheckpointStrategy> RotaryBackend for Autodi
         interleaved: bool,
         inverse: bool,
     ) -> FloatTensor<Self> {
+        let node = x.node();
         let (cos, sin) = (cos.into_primitive(), sin.into_primitive());
-        match Rotate.prepare::<C>([x.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let out = B::rotate(
-                    x.into_primitive(),
-                    cos.clone(),
-                    sin.clone(),
-                    interleaved,
-                    inverse,
-                );
-                prep.finish((cos, sin, interleaved, inverse), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(B::rotate(
-                x.into_primitive(),
-                cos,
-                sin,
-                interleaved,
-                inverse,
-            )),
+        let out = B::rotate(
+            x.into_primitive(),
+            cos.clone(),
+            sin.clone(),
+            interleaved,
+            inverse,
+        );
+        match Rotate.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((cos, sin, interleaved, inverse), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 }

@@ -54,9 +54,9 @@ pub(super) struct Rotated {
 
 /// Rotates every row of `x` (see [`RotaryBackend::rotate`](super::RotaryBackend::rotate)).
 ///
-/// `cos` and `sin` are dense `[angle_rows, seq, rotary_dim]`, `angle_rows` 1 or the batch. The output keeps
-/// the order in which the input's rows lie in memory, so `[batch, seq, heads, head_dim]` data
-/// viewed as `[batch, heads, seq, head_dim]` is read and written in one sequential sweep.
+/// `cos` and `sin` are dense `[angle_rows, seq, rotary_dim]`, `angle_rows` 1 or the batch. The
+/// output keeps the order in which the input's rows lie in memory, so `[batch, seq, heads,
+/// head_dim]` data viewed as `[batch, heads, seq, head_dim]` is read and written in one sweep.
 pub(super) fn rotate(
     x: &[f32],
     view: RowView,
@@ -95,7 +95,7 @@ pub(super) fn rotate(
     let row_count = batch * heads * seq;
     let elements = row_count * head_dim;
     // The output is written once, into unfilled memory: zeroing it first would be a whole extra
-    // pass over it, a third of this kernel's memory traffic.
+    // write pass over it.
     let mut data: Vec<f32> = Vec::with_capacity(elements);
     let unfilled = &mut data.spare_capacity_mut()[..elements];
     let rotate_row = |[b, h, s]: [usize; 3], out: &mut [MaybeUninit<f32>]| {
@@ -147,9 +147,9 @@ pub(super) fn rotate(
             });
     }
     // SAFETY: the first `elements` values of the capacity are initialised: `unfilled` is split
-    // into rows of `head_dim`, every row goes to `rotate_row`
-    // exactly once, and `rotate_row` writes all of its row: `rotate_half` / `rotate_pairs` each
-    // of the first `rotary_dim` values, the loop after them each of the rest.
+    // into rows of `head_dim`, every row goes to `rotate_row` exactly once, and `rotate_row`
+    // writes all of its row: `rotate_half` / `rotate_pairs` each of the first `rotary_dim`
+    // values, the loop after them each of the rest.
     #[allow(unsafe_code)]
     unsafe {
         data.set_len(elements);

@@ -12,7 +12,8 @@
 //! [`available`] decides per call from the tensor's device. LibTorch is one of them on purpose:
 //! torch has no rotary kernel, building one needs a C++ toolchain against libtorch's headers, and
 //! the shortest sequence of torch's own kernels (a gather for the swap, two products, an in-place
-//! sum) measured 1.1-1.5x slower than Burn's tensor ops on torch (`cargo xtask bench rope`).
+//! sum) measured 1.0-1.5x slower than Burn's tensor ops on torch over the four benchmark shapes
+//! (`cargo xtask bench rope`).
 
 // Burn 0.22 deprecates its ndarray backend in favour of flex; users still run it.
 #![allow(deprecated)]
