@@ -3,10 +3,17 @@
 //! padding mask sends the same computation down the explicit path.
 //!
 //! Model: d_model 512, 8 heads of 64, causal; sequence 512, batch 1; without a bias and with ALiBi.
+//!
+//! Then Burn's `module::attention` alone on `[1, 8, 512, 64]` queries, keys and values: without a
+//! bias, with the ALiBi bias built once and reused by every call, and with it built in every
+//! call (what our module does): what reusing a bias per length would save.
 
 use attention::{MultiHeadAttention, MultiHeadAttentionConfig, PositionalScheme};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Distribution, Int, Tensor};
 use divan::Bencher;
+use positional::AlibiConfig;
 
 const SEQ: usize = 512;
 
@@ -36,10 +43,39 @@ fn run(bencher: Bencher, backend: &str, alibi: bool, path: Path) {
         Path::Fused => None,
         Path::Explicit => Some(Tensor::<2, Int>::zeros([1, SEQ], &device).bool()),
     };
-    for _ in 0..3 {
-        module.forward(x.clone(), no_padding.clone()).into_data();
-    }
-    bencher.bench_local(|| module.forward(x.clone(), no_padding.clone()).into_data());
+    benches::bench_synced(bencher, &device, || {
+        module.forward(x.clone(), no_padding.clone())
+    });
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Bias {
+    None,
+    Reused,
+    PerCall,
+}
+
+fn run_burn_attention(bencher: Bencher, backend: &str, bias: Bias) {
+    let device: Device = positional::testing::device(backend);
+    let heads = 8;
+    let qkv = || Tensor::<4>::random([1, heads, SEQ, 64], Distribution::Normal(0.0, 1.0), &device);
+    let (q, k, v) = (qkv(), qkv(), qkv());
+    let alibi = AlibiConfig::new(heads).init(&device);
+    let reused = alibi.bias(SEQ, SEQ).unsqueeze::<4>();
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    let call = || {
+        let bias = match bias {
+            Bias::None => None,
+            Bias::Reused => Some(reused.clone()),
+            Bias::PerCall => Some(alibi.bias(SEQ, SEQ).unsqueeze::<4>()),
+        };
+        attention(q.clone(), k.clone(), v.clone(), None, bias, options)
+    };
+    benches::bench_synced(bencher, &device, call);
 }
 
 macro_rules! paths {
@@ -66,6 +102,21 @@ macro_rules! paths {
             #[divan::bench(sample_count = 20)]
             fn explicit_alibi(bencher: Bencher) {
                 run(bencher, $feature, true, Path::Explicit);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn burn_no_bias(bencher: Bencher) {
+                run_burn_attention(bencher, $feature, Bias::None);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn burn_alibi_reused(bencher: Bencher) {
+                run_burn_attention(bencher, $feature, Bias::Reused);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn burn_alibi_per_call(bencher: Bencher) {
+                run_burn_attention(bencher, $feature, Bias::PerCall);
             }
         }
     )*};

@@ -188,9 +188,21 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
         );
         ratio(
             "attention explicit / fused",
-            key,
+            key.clone(),
             "explicit_no_bias",
             "fused_no_bias",
+        );
+        ratio(
+            "burn attention, alibi reused / no bias",
+            key.clone(),
+            "burn_alibi_reused",
+            "burn_no_bias",
+        );
+        ratio(
+            "burn attention, alibi per call / reused",
+            key,
+            "burn_alibi_per_call",
+            "burn_alibi_reused",
         );
     }
     let width = rows.iter().map(|(w, _, _)| w.len()).max().unwrap_or(0);

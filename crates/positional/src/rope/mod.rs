@@ -136,11 +136,20 @@ impl RotaryEncodingConfig {
         let frequencies = self.frequencies(cached_positions);
         let positions: Vec<i64> = (0..cached_positions as i64).collect();
         let (cos, sin) = angle_tables(&positions, &frequencies, self.layout);
-        let width = self.rotary_dim();
+        let shape = [1, cached_positions, self.rotary_dim()];
+        // Frequencies that do not change with the running length serve every position, so the
+        // positions past the table need only their cos/sin computed, not the frequencies again.
+        let fixed_frequencies = self
+            .scaling
+            .as_ref()
+            .and_then(RopeScaling::length_threshold)
+            .is_none()
+            .then_some(frequencies);
         Ok(RotaryEncoding {
-            cos: Tensor::from_data(TensorData::new(cos, [cached_positions, width]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [cached_positions, width]), device),
+            cos: Tensor::from_data(TensorData::new(cos, shape), device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), device),
             halves_swapped: Tensor::from_ints([1, 0], device),
+            fixed_frequencies,
             config: self.clone(),
         })
     }
@@ -170,12 +179,17 @@ impl RotaryEncodingConfig {
 /// them from the config.
 #[derive(Module, Debug)]
 pub struct RotaryEncoding {
-    /// `[cached_positions, rotary_dim]`, see [`angle_tables`].
-    cos: Tensor<2>,
-    /// `[cached_positions, rotary_dim]`, see [`angle_tables`].
-    sin: Tensor<2>,
+    /// `[1, cached_positions, rotary_dim]`, see [`angle_tables`]: the leading axis makes a
+    /// slice of positions the `[1, seq, rotary_dim]` of [`RotaryAngles`] without a reshape.
+    cos: Tensor<3>,
+    /// `[1, cached_positions, rotary_dim]`, see [`angle_tables`].
+    sin: Tensor<3>,
     /// `[1, 0]`: the gather that swaps the two halves of the half layout, uploaded once.
     halves_swapped: Tensor<1, Int>,
+    /// The frequencies, when they are the same for every running length (all scalings but
+    /// dynamic NTK and LongRoPE).
+    #[module(skip)]
+    fixed_frequencies: Option<RopeFrequencies>,
     #[module(skip)]
     config: RotaryEncodingConfig,
 }
@@ -212,16 +226,15 @@ impl RotaryEncoding {
             return Err(PositionalError::input("seq", seq, "must be at least 1"));
         }
         let end = offset + seq;
-        let (cos, sin) = if end <= self.cos.dims()[0] {
-            (
-                self.cos.clone().narrow(0, offset, seq),
-                self.sin.clone().narrow(0, offset, seq),
-            )
-        } else {
-            let positions: Vec<i64> = (offset as i64..end as i64).collect();
-            self.host_tables(&positions, &self.cos.device())
-        };
-        Ok(self.angles_from_rows(cos, sin, 1, seq))
+        if end <= self.cached_positions() {
+            return Ok(self.angles(
+                self.cos.clone().narrow(1, offset, seq),
+                self.sin.clone().narrow(1, offset, seq),
+            ));
+        }
+        let positions: Vec<i64> = (offset as i64..end as i64).collect();
+        let (cos, sin) = self.host_tables(&positions, [1, seq]);
+        Ok(self.angles(cos, sin))
     }
 
     /// Angles at explicit positions: `[seq]` (shared by every batch row) or `[batch, seq]` (one
@@ -267,17 +280,18 @@ impl RotaryEncoding {
             ));
         }
         let max = *host.iter().max().expect("positions are not empty");
-        let (cos, sin) = if (max as usize) < self.cos.dims()[0] {
-            let device = self.cos.device();
-            let index = positions.reshape([rows * seq]).to_device(&device);
-            (
-                self.cos.clone().select(0, index.clone()),
-                self.sin.clone().select(0, index),
-            )
-        } else {
-            self.host_tables(&host, &self.cos.device())
-        };
-        Ok(self.angles_from_rows(cos, sin, rows, seq))
+        if (max as usize) >= self.cached_positions() {
+            let (cos, sin) = self.host_tables(&host, [rows, seq]);
+            return Ok(self.angles(cos, sin));
+        }
+        let index = positions
+            .reshape([rows * seq])
+            .to_device(&self.cos.device());
+        let shape = [rows, seq, self.config.rotary_dim()];
+        Ok(self.angles(
+            self.cos.clone().select(1, index.clone()).reshape(shape),
+            self.sin.clone().select(1, index).reshape(shape),
+        ))
     }
 
     /// Rotates `x` at positions `offset .. offset + seq`.
@@ -345,30 +359,37 @@ impl RotaryEncoding {
         or_panic(self.try_forward_at(q, k, positions))
     }
 
-    /// cos/sin rows for `positions`, computed in f64 on the host with the frequencies that
-    /// Hugging Face would use for this call (running length `max + 1`).
-    fn host_tables(&self, positions: &[i64], device: &Device) -> (Tensor<2>, Tensor<2>) {
-        let running_length = positions.iter().max().map_or(0, |p| *p as usize + 1);
-        let frequencies = self.config.frequencies(running_length);
-        let (cos, sin) = angle_tables(positions, &frequencies, self.config.layout);
-        let shape = [positions.len(), 2 * frequencies.inv_freq.len()];
+    /// The number of positions whose cos/sin were computed at init.
+    fn cached_positions(&self) -> usize {
+        self.cos.dims()[1]
+    }
+
+    /// `[rows, seq, rotary_dim]` cos/sin for `positions` (`rows * seq` of them), computed in f64
+    /// on the host with the frequencies that Hugging Face would use for this call (running
+    /// length `max + 1`).
+    fn host_tables(&self, positions: &[i64], [rows, seq]: [usize; 2]) -> (Tensor<3>, Tensor<3>) {
+        let computed;
+        let frequencies = match &self.fixed_frequencies {
+            Some(fixed) => fixed,
+            None => {
+                let running_length = positions.iter().max().map_or(0, |p| *p as usize + 1);
+                computed = self.config.frequencies(running_length);
+                &computed
+            }
+        };
+        let (cos, sin) = angle_tables(positions, frequencies, self.config.layout);
+        let shape = [rows, seq, self.config.rotary_dim()];
+        let device = self.cos.device();
         (
-            Tensor::from_data(TensorData::new(cos, shape), device),
-            Tensor::from_data(TensorData::new(sin, shape), device),
+            Tensor::from_data(TensorData::new(cos, shape), &device),
+            Tensor::from_data(TensorData::new(sin, shape), &device),
         )
     }
 
-    fn angles_from_rows(
-        &self,
-        cos: Tensor<2>,
-        sin: Tensor<2>,
-        rows: usize,
-        seq: usize,
-    ) -> RotaryAngles {
-        let width = self.config.rotary_dim();
+    fn angles(&self, cos: Tensor<3>, sin: Tensor<3>) -> RotaryAngles {
         RotaryAngles {
-            cos: cos.reshape([rows, seq, width]),
-            sin: sin.reshape([rows, seq, width]),
+            cos,
+            sin,
             halves_swapped: self.halves_swapped.clone(),
             layout: self.config.layout,
         }

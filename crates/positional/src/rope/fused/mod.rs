@@ -8,12 +8,13 @@
 //! runtimes (`cube.rs`). Its gradient is the rotation by minus the angle, the same op with
 //! `inverse` set (`autodiff.rs`).
 //!
-//! Backends without an implementation here (or a dtype other than f32) take the tensor-op path;
-//! [`available`] decides per call from the tensor's device. LibTorch is one of them on purpose:
-//! torch has no rotary kernel, building one needs a C++ toolchain against libtorch's headers, and
-//! the shortest sequence of torch's own kernels (a gather for the swap, two products, an in-place
-//! sum) measured 1.0-1.5x slower than Burn's tensor ops on torch over the four benchmark shapes
-//! (`cargo xtask bench rope`).
+//! LibTorch has no single kernel for it (torch has no rotary kernel, and building one needs a C++
+//! toolchain against libtorch's headers): its forward is the tensor-op sequence issued to torch
+//! (`torch.rs`), and what it gains is the backward, one rotation instead of Burn's autodiff of
+//! the gather, products and sum.
+//!
+//! Other backends (or a dtype other than f32) take the tensor-op path; [`available`] decides per
+//! call from the tensor's device.
 
 // Burn 0.22 deprecates its ndarray backend in favour of flex; users still run it.
 #![allow(deprecated)]
@@ -23,6 +24,8 @@ mod autodiff;
 mod cpu;
 #[cfg(feature = "wgpu")]
 mod cube;
+#[cfg(feature = "tch")]
+mod torch;
 
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
@@ -36,6 +39,7 @@ use super::RopeLayout;
     NdArray: cfg(feature = "ndarray"),
     Cube: cfg(feature = "wgpu"),
     Fusion: cfg(feature = "wgpu"),
+    LibTorch: cfg(feature = "tch"),
     Autodiff,
 )]
 pub trait RotaryBackend: burn::backend::Backend {
@@ -99,6 +103,8 @@ pub(super) fn has_kernel(device: &DispatchDevice) -> bool {
         DispatchDevice::NdArray(_) => true,
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(_) => true,
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(_) => true,
         DispatchDevice::Autodiff(inner) => has_kernel(&inner.clone().inner()),
         #[allow(unreachable_patterns)]
         _ => false,
