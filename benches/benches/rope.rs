@@ -1,6 +1,6 @@
 //! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward,
 //! data stored `[batch, seq, heads, head_dim]` and read through `swap_dims`), our tensor-op
-//! reference, Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the
+//! reference (forward, and forward + backward through Burn's autodiff of it), Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the
 //! same tensor (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
 //!
 //! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
@@ -31,6 +31,7 @@ enum Variant {
     OursHalfForwardBackward,
     OursHalfSeqMajor,
     TensorOpsHalf,
+    TensorOpsHalfForwardBackward,
     Burn,
 }
 
@@ -44,7 +45,9 @@ fn shape(name: &str) -> ([usize; 4], usize) {
 
 fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
     let device: Device = match variant {
-        Variant::OursHalfForwardBackward => positional::testing::device(backend).autodiff(),
+        Variant::OursHalfForwardBackward | Variant::TensorOpsHalfForwardBackward => {
+            positional::testing::device(backend).autodiff()
+        }
         _ => positional::testing::device(backend),
     };
     let ([batch, heads, seq, head_dim], offset) = shape(name);
@@ -82,9 +85,13 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
                 .unwrap()
                 .try_apply_reference(x.clone())
                 .unwrap(),
-            Variant::OursHalfForwardBackward => {
+            Variant::OursHalfForwardBackward | Variant::TensorOpsHalfForwardBackward => {
                 let input = x.clone().require_grad();
-                let rotated = ours.try_angles(offset, seq).unwrap().apply(input.clone());
+                let angles = ours.try_angles(offset, seq).unwrap();
+                let rotated = match variant {
+                    Variant::OursHalfForwardBackward => angles.apply(input.clone()),
+                    _ => angles.try_apply_reference(input.clone()).unwrap(),
+                };
                 // Seeded with ones of the output's shape: the rotation's own backward, not a loss's.
                 let gradients = rotated.backward();
                 input.grad(&gradients).unwrap()
@@ -132,6 +139,11 @@ macro_rules! rope {
             #[divan::bench(args = NAMES, sample_count = 15)]
             fn tensor_ops_half(bencher: Bencher, shape: &str) {
                 run(bencher, $feature, shape, Variant::TensorOpsHalf);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn tensor_ops_half_forward_backward(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::TensorOpsHalfForwardBackward);
             }
 
             #[divan::bench(args = NAMES, sample_count = 15)]

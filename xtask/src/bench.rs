@@ -142,9 +142,15 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
             );
             ratio(
                 "rope forward+backward / forward",
-                key,
+                key.clone(),
                 "ours_half_forward_backward",
                 "ours_half",
+            );
+            ratio(
+                "rope fwd+bwd / tensor-op fwd+bwd",
+                key,
+                "ours_half_forward_backward",
+                "tensor_ops_half_forward_backward",
             );
         }
         let key = format!("sinusoidal/{backend}/{{}}");

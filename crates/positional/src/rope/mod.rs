@@ -9,8 +9,9 @@
 //! cos and sin are computed in f64 on the host and rounded once to f32, so an angle of 131071 rad
 //! is as exact as f32 can hold the result, where computing `p * w` in f32 loses about 1e-2.
 //!
-//! The rotation itself is one fused pass per call on every backend this crate is built for
-//! ([`RotaryBackend`]), with the tensor-op form kept as its reference
+//! The rotation itself is one fused pass per call on flex, ndarray and WGPU, and torch's own
+//! kernels on LibTorch, each with the rotation by minus the angle as its backward
+//! ([`RotaryBackend`]); the tensor-op form stays as their reference
 //! ([`RotaryAngles::try_apply_reference`]).
 
 mod frequencies;
@@ -399,9 +400,10 @@ impl RotaryEncoding {
 impl RotaryAngles {
     /// Rotates the first `rotary_dim` features of `x`; the rest pass through.
     ///
-    /// One fused pass on the backends this crate has a kernel for ([`RotaryBackend`]), else
+    /// [`RotaryBackend`] on the backends this crate implements it for, else
     /// [`try_apply_reference`](Self::try_apply_reference); both give the same values (bit for
-    /// bit on the CPU backends; WGPU's compiler may fuse a multiply-add, which rounds once).
+    /// bit on the CPU backends and LibTorch; WGPU's compiler may fuse a multiply-add, which
+    /// rounds once).
     ///
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, with `batch` equal to the angles' batch or the

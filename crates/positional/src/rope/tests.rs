@@ -76,9 +76,11 @@ fn every_scaling_matches_reference(device: &Device) {
         let config = RotaryEncodingConfig::new(8)
             .with_max_position_embeddings(64)
             .with_scaling(Some(scaling));
-        // Below and past the length where dynamic NTK and LongRoPE switch.
+        // Below and past the length where dynamic NTK and LongRoPE switch, and past the
+        // 64-position table, where the other scalings reuse the frequencies of its init.
         check_against_reference(&config, 4, 0, device);
         check_against_reference(&config, 4, 9, device);
+        check_against_reference(&config, 4, 70, device);
     }
 }
 for_each_backend!(every_scaling_matches_reference);

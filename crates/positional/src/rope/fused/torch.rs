@@ -1,8 +1,8 @@
 //! The rotation on LibTorch: torch's own kernels, with the rotation's own backward.
 //!
 //! Torch has no rotary kernel, and writing one means a C++ toolchain against libtorch's headers.
-//! The forward is therefore the tensor-op path's sequence, issued to torch directly: a gather of
-//! the swapped pairs, two products, one sum, the last two in place. What this gains is the
+//! The forward is therefore the tensor-op path's sequence, issued to torch directly: a copy with
+//! each pair swapped, two products, one sum in place. What this gains is the
 //! backward: through [`RotaryBackend`]'s autodiff it is one more rotation (four kernels), where
 //! Burn's autodiff of the tensor ops also runs the gather's backward, a scatter into zeros, and
 //! sums the two gradients of `x`.
@@ -37,26 +37,23 @@ impl RotaryBackend for LibTorch {
         } else {
             x.shallow_clone()
         };
-        // Each pair's two members swapped: the halves (a gather over an axis of two, as the
-        // tensor-op path's `select`) or the two features of each pair.
-        let mut swapped = if interleaved {
+        // Each pair's two members swapped: a flip of the axis of the two halves, or of the two
+        // features of each pair (no index tensor to upload per call, as a gather would need).
+        let swapped = if interleaved {
             rotating.reshape([batch, heads, seq, half, 2]).flip([4])
         } else {
-            let halves = tch::Tensor::from_slice(&[1i64, 0]).to_device(x.device());
-            rotating
-                .reshape([batch, heads, seq, 2, half])
-                .index_select(3, &halves)
+            rotating.reshape([batch, heads, seq, 2, half]).flip([3])
         }
         .reshape([batch, heads, seq, rotary_dim]);
         // `[rows, seq, rotary_dim]` against `[batch, heads, seq, rotary_dim]`.
         let (cos, sin) = (cos.tensor.unsqueeze(1), sin.tensor.unsqueeze(1));
-        let mut products = &rotating * &cos;
-        let swapped = swapped.g_mul_(&sin);
-        // In place, as Burn's tensor ops on torch do for a tensor nothing else holds.
+        // The products into new tensors and the sum in place, as Burn's tensor ops on torch do.
+        let mut rotated = &rotating * &cos;
+        let swapped = &swapped * &sin;
         let rotated = if inverse {
-            products.g_sub_(&swapped)
+            rotated.g_sub_(&swapped)
         } else {
-            products.g_add_(&swapped)
+            rotated.g_add_(&swapped)
         };
         let out = if head_dim > rotary_dim {
             tch::Tensor::cat(
