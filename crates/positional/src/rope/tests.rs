@@ -333,7 +333,8 @@ fn rounds_like_tensor_ops(device: &Device) -> bool {
 /// The fused kernel against the tensor-op path it replaces: both layouts, full and partial
 /// rotary, angles shared by the batch and per row, `[batch, heads, seq, head_dim]` data and
 /// `[batch, seq, heads, head_dim]` data read through `swap_dims`, a shape small enough for one
-/// thread and one split across threads; the outputs and the gradients.
+/// thread and one split across threads, widths the WGPU kernel reads in vectors and widths it
+/// cannot; the outputs and the gradients.
 fn fused_kernel_equals_tensor_ops(device: &Device) {
     let device = device.clone().autodiff();
     assert!(
@@ -347,7 +348,9 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
     };
     for (heads, seq, head_dim) in [(3, 5, 10), (8, 72, 128)] {
         for layout in [RopeLayout::Half, RopeLayout::Interleaved] {
-            for rotary_dim in [None, Some(6)] {
+            // Partial rotary of a width the GPU kernel reads one float at a time, and of one
+            // it reads in vectors (64 of 128).
+            for rotary_dim in [None, Some(6), Some(head_dim / 4 * 2)] {
                 let rope = RotaryEncodingConfig::new(head_dim)
                     .with_layout(layout)
                     .with_rotary_dim(rotary_dim)

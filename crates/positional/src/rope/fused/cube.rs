@@ -2,6 +2,11 @@
 //! when Burn is built with them, since they are all Burn's one `Cube` backend.
 //!
 //! The input may have any strides; the output is contiguous `[batch, heads, seq, head_dim]`.
+//!
+//! Rows are read and written in vectors of up to four floats where the shapes and strides allow
+//! (the widths of the rotating half or pairs and of the pass-through features, and every stride
+//! but the features', divisible by the vector size), as Burn's own element-wise kernels do;
+//! otherwise one float at a time.
 
 use burn::backend::TensorMetadata;
 use burn_cubecl::CubeBackend;
@@ -66,6 +71,96 @@ fn rotate_kernel(
     }
 }
 
+/// [`rotate_kernel`] in vectors of `N` floats. Half layout: one thread per `N` pairs, reading the
+/// `N` first features of the pairs and the `N` second ones; interleaved (`N` even, so a pair
+/// never straddles two vectors): one thread per vector, its pairs swapped lane by lane. Either
+/// way one thread per `N` pass-through features. `rotating` is the number of vectors a rotating
+/// thread covers (`half / N`, or `rotary_dim / N`); indices are in vectors, strides in floats.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn rotate_vectorized<N: Size>(
+    x: &Tensor<Vector<f32, N>>,
+    cos: &Tensor<Vector<f32, N>>,
+    sin: &Tensor<Vector<f32, N>>,
+    output: &mut Tensor<Vector<f32, N>>,
+    units_per_row: FastDivmod<usize>,
+    seq: FastDivmod<usize>,
+    heads: FastDivmod<usize>,
+    units: usize,
+    rotating: usize,
+    #[comptime] interleaved: bool,
+    #[comptime] inverse: bool,
+) {
+    if ABSOLUTE_POS >= units {
+        terminate!();
+    }
+    let width = x.vector_size();
+    let (row, unit) = units_per_row.div_mod(ABSOLUTE_POS);
+    let (batch_head, s) = seq.div_mod(row);
+    let (b, h) = heads.div_mod(batch_head);
+    let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
+    let out_base = row * output.stride(2) / width;
+    let angle_row = select(cos.shape(0) == 1, 0, b);
+    let angles = (angle_row * cos.stride(0) + s * cos.stride(1)) / width + unit;
+    let signs = (angle_row * sin.stride(0) + s * sin.stride(1)) / width + unit;
+    if unit >= rotating {
+        // Pass-through features come after the rotating ones: `2 rotating` vectors of the half
+        // layout's pairs, `rotating` vectors of interleaved pairs.
+        let feature = if interleaved { unit } else { unit + rotating };
+        output[out_base + feature] = x[base + feature];
+    } else if interleaved {
+        // The tables hold `c, c` and `-s, +s` per pair: `x * cos + swapped * sin` rotates.
+        let features = x[base + unit];
+        let mut swapped = Vector::<f32, N>::empty();
+        #[unroll]
+        for lane in 0..width {
+            swapped.insert(lane, features.extract(comptime!(lane ^ 1)));
+        }
+        let (c, signed_s) = (cos[angles], sin[signs]);
+        if inverse {
+            output[out_base + unit] = features * c - swapped * signed_s;
+        } else {
+            output[out_base + unit] = features * c + swapped * signed_s;
+        }
+    } else {
+        // The first features' entries are enough, as in `rotate_kernel`.
+        let (a, other) = (x[base + unit], x[base + unit + rotating]);
+        let (c, minus_s) = (cos[angles], sin[signs]);
+        if inverse {
+            output[out_base + unit] = a * c - other * minus_s;
+            output[out_base + unit + rotating] = other * c + a * minus_s;
+        } else {
+            output[out_base + unit] = a * c + other * minus_s;
+            output[out_base + unit + rotating] = other * c - a * minus_s;
+        }
+    }
+}
+
+/// The widest vector the rows can be read in: it divides each of `widths`, the features of `x`,
+/// `cos` and `sin` are adjacent, and every other stride is a multiple of it (1 when nothing wider
+/// fits).
+fn vector_size(x: &CubeTensor, cos: &CubeTensor, sin: &CubeTensor, widths: [usize; 2]) -> usize {
+    let fits = |width: usize, tensor: &CubeTensor| {
+        let (shape, strides) = (tensor.meta.shape(), tensor.meta.strides());
+        let (features, others) = strides.split_last().expect("rank 3 or 4");
+        *features == 1
+            && others
+                .iter()
+                .zip(shape.iter())
+                .all(|(&stride, &size)| size == 1 || stride.is_multiple_of(width))
+    };
+    x.client
+        .io_optimized_vector_sizes(size_of::<f32>())
+        .filter(|&width| {
+            widths.iter().all(|w| w.is_multiple_of(width))
+                && fits(width, x)
+                && fits(width, cos)
+                && fits(width, sin)
+        })
+        .max()
+        .unwrap_or(1)
+}
+
 impl RotaryBackend for CubeBackend {
     fn rotate(
         x: CubeTensor,
@@ -77,9 +172,39 @@ impl RotaryBackend for CubeBackend {
         let output = empty_device_dtype(x.client.clone(), x.device.clone(), x.shape(), x.dtype);
         let [batch, heads, seq, head_dim] = x.shape().dims::<4>();
         let half = cos.shape()[2] / 2;
+        let client = x.client.clone();
+        let passing = head_dim - 2 * half;
+        // The features one rotating thread reads per vector lane: interleaved threads rotate the
+        // pairs inside one vector, half-layout ones a vector of first and one of second features.
+        let rotating_features = if interleaved { 2 * half } else { half };
+        let width = vector_size(&x, &cos, &sin, [rotating_features, passing]);
+        if width > 1 {
+            let rotating = rotating_features / width;
+            let units_per_row = rotating + passing / width;
+            let units = batch * heads * seq * units_per_row;
+            let cube_dim = CubeDim::new(&client, units);
+            let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
+            rotate_vectorized::launch(
+                &client,
+                cube_count,
+                cube_dim,
+                width,
+                x.into_tensor_arg(),
+                cos.into_tensor_arg(),
+                sin.into_tensor_arg(),
+                output.clone().into_tensor_arg(),
+                units_per_row,
+                seq,
+                heads,
+                units,
+                rotating,
+                interleaved,
+                inverse,
+            );
+            return output;
+        }
         let units_per_row = head_dim - half;
         let units = batch * heads * seq * units_per_row;
-        let client = x.client.clone();
         let cube_dim = CubeDim::new(&client, units);
         let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
         rotate_kernel::launch(
