@@ -1,7 +1,8 @@
 //! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward,
 //! data stored `[batch, seq, heads, head_dim]` and read through `swap_dims`), our tensor-op
-//! reference (forward, and forward + backward through Burn's autodiff of it), Burn's `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the
-//! same tensor (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
+//! reference (forward, and forward + backward through Burn's autodiff of it), Burn's
+//! `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the same tensor
+//! (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
 //!
 //! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
 //! counted; the output is dropped outside it. `cargo xtask bench` prints the ratios.

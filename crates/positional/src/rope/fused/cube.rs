@@ -71,7 +71,7 @@ fn rotate_kernel(
     }
 }
 
-/// [`rotate_kernel`] in vectors of `N` floats. Half layout: one thread per `N` pairs, reading the
+/// [`rotate_kernel()`] in vectors of `N` floats. Half layout: one thread per `N` pairs, reading the
 /// `N` first features of the pairs and the `N` second ones; interleaved (`N` even, so a pair
 /// never straddles two vectors): one thread per vector, its pairs swapped lane by lane. Either
 /// way one thread per `N` pass-through features. `rotating` is the number of vectors a rotating
