@@ -49,6 +49,43 @@ fn fused_path_equals_explicit_path(device: &Device) {
 }
 for_each_backend!(fused_path_equals_explicit_path);
 
+/// Causal attention in blocks of queries (ndarray's path for long sequences) against one explicit
+/// pass, for every scheme, with and without padding, over a length that ends mid-block.
+fn causal_blocks_equal_one_explicit_pass(device: &Device) {
+    let len = 2 * CAUSAL_BLOCK + 3;
+    let padding = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            (0..2 * len)
+                .map(|i| i64::from(i == len + 1))
+                .collect::<Vec<_>>(),
+            [2, len],
+        ),
+        device,
+    )
+    .bool();
+    for scheme in schemes(8) {
+        let module = MultiHeadAttentionConfig::new(16, 2)
+            .with_causal(true)
+            .with_positional(scheme.clone())
+            .init(device);
+        let (q, k, v) = (
+            random([2, 2, len, 8], device),
+            random([2, 2, len, 8], device),
+            random([2, 2, len, 8], device),
+        );
+        for key_padding in [None, Some(padding.clone())] {
+            let blocks = module
+                .causal_in_blocks(q.clone(), k.clone(), v.clone(), key_padding.clone())
+                .unwrap();
+            let explicit = module
+                .explicit(q.clone(), k.clone(), v.clone(), key_padding, 0)
+                .unwrap();
+            assert_close(&blocks.into_data(), &floats(&explicit.into_data()), 1e-5);
+        }
+    }
+}
+for_each_backend!(causal_blocks_equal_one_explicit_pass);
+
 /// burn-tch 0.22.1 passes Burn's boolean mask (true = masked) to torch's SDPA, where true means
 /// "attend". This test pins what each backend's fused kernel does with a mask; the module itself
 /// never hands the fused kernel a mask.
