@@ -140,12 +140,7 @@ impl RotaryEncodingConfig {
         let shape = [1, cached_positions, self.rotary_dim()];
         // Frequencies that do not change with the running length serve every position, so the
         // positions past the table need only their cos/sin computed, not the frequencies again.
-        let fixed_frequencies = self
-            .scaling
-            .as_ref()
-            .and_then(RopeScaling::length_threshold)
-            .is_none()
-            .then_some(frequencies);
+        let fixed_frequencies = self.length_threshold().is_none().then_some(frequencies);
         Ok(RotaryEncoding {
             cos: Tensor::from_data(TensorData::new(cos, shape), device),
             sin: Tensor::from_data(TensorData::new(sin, shape), device),
@@ -163,14 +158,16 @@ impl RotaryEncodingConfig {
     /// How many positions the init-time table covers: a table built for frequencies that change
     /// with the running length is only valid up to where they start changing.
     fn cached_positions(&self) -> usize {
-        let threshold = self
-            .scaling
-            .as_ref()
-            .and_then(RopeScaling::length_threshold)
-            .unwrap_or(usize::MAX);
         self.max_position_embeddings
             .min(PRECOMPUTED_POSITIONS)
-            .min(threshold)
+            .min(self.length_threshold().unwrap_or(usize::MAX))
+    }
+
+    /// The running length past which the frequencies change (dynamic NTK, LongRoPE), if any.
+    fn length_threshold(&self) -> Option<usize> {
+        self.scaling
+            .as_ref()
+            .and_then(RopeScaling::length_threshold)
     }
 }
 

@@ -178,12 +178,16 @@ impl RotaryBackend for CubeBackend {
         // pairs inside one vector, half-layout ones a vector of first and one of second features.
         let rotating_features = if interleaved { 2 * half } else { half };
         let width = vector_size(&x, &cos, &sin, [rotating_features, passing]);
+        // One thread per vector (or per pair, one float at a time) and per pass-through vector.
+        let units_per_row = if width > 1 {
+            (rotating_features + passing) / width
+        } else {
+            half + passing
+        };
+        let units = batch * heads * seq * units_per_row;
+        let cube_dim = CubeDim::new(&client, units);
+        let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
         if width > 1 {
-            let rotating = rotating_features / width;
-            let units_per_row = rotating + passing / width;
-            let units = batch * heads * seq * units_per_row;
-            let cube_dim = CubeDim::new(&client, units);
-            let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
             rotate_vectorized::launch(
                 &client,
                 cube_count,
@@ -197,32 +201,28 @@ impl RotaryBackend for CubeBackend {
                 seq,
                 heads,
                 units,
-                rotating,
+                rotating_features / width,
                 interleaved,
                 inverse,
             );
-            return output;
+        } else {
+            rotate_kernel::launch(
+                &client,
+                cube_count,
+                cube_dim,
+                x.into_tensor_arg(),
+                cos.into_tensor_arg(),
+                sin.into_tensor_arg(),
+                output.clone().into_tensor_arg(),
+                units_per_row,
+                seq,
+                heads,
+                units,
+                half,
+                interleaved,
+                inverse,
+            );
         }
-        let units_per_row = head_dim - half;
-        let units = batch * heads * seq * units_per_row;
-        let cube_dim = CubeDim::new(&client, units);
-        let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
-        rotate_kernel::launch(
-            &client,
-            cube_count,
-            cube_dim,
-            x.into_tensor_arg(),
-            cos.into_tensor_arg(),
-            sin.into_tensor_arg(),
-            output.clone().into_tensor_arg(),
-            units_per_row,
-            seq,
-            heads,
-            units,
-            half,
-            interleaved,
-            inverse,
-        );
         output
     }
 }
