@@ -198,10 +198,17 @@ pub struct RotaryEncoding {
 /// both queries and keys, so the tables are fetched once per step.
 #[derive(Debug, Clone)]
 pub struct RotaryAngles {
-    /// `[batch or 1, seq, rotary_dim]`, see [`angle_tables`].
+    /// `[batch or 1, rows, rotary_dim]`, see [`angle_tables`]: the whole precomputed table, or
+    /// tables computed for this call.
     cos: Tensor<3>,
-    /// `[batch or 1, seq, rotary_dim]`, see [`angle_tables`].
+    /// `[batch or 1, rows, rotary_dim]`, see [`angle_tables`].
     sin: Tensor<3>,
+    /// The table row of the first position: the positions are rows `table_offset ..
+    /// table_offset + seq`. Kept apart rather than sliced out, so that the fused kernels read
+    /// the rows in place (a slice is a Burn call per table per step).
+    table_offset: usize,
+    /// The number of positions.
+    seq: usize,
     halves_swapped: Tensor<1, Int>,
     layout: RopeLayout,
 }
@@ -225,14 +232,11 @@ impl RotaryEncoding {
         }
         let end = offset + seq;
         if end <= self.cached_positions() {
-            return Ok(self.angles(
-                self.cos.clone().narrow(1, offset, seq),
-                self.sin.clone().narrow(1, offset, seq),
-            ));
+            return Ok(self.angles(self.cos.clone(), self.sin.clone(), offset, seq));
         }
         let positions: Vec<i64> = (offset as i64..end as i64).collect();
         let (cos, sin) = self.host_tables(&positions, [1, seq]);
-        Ok(self.angles(cos, sin))
+        Ok(self.angles(cos, sin, 0, seq))
     }
 
     /// Angles at explicit positions: `[seq]` (shared by every batch row) or `[batch, seq]` (one
@@ -280,7 +284,7 @@ impl RotaryEncoding {
         let max = *host.iter().max().expect("positions are not empty");
         if (max as usize) >= self.cached_positions() {
             let (cos, sin) = self.host_tables(&host, [rows, seq]);
-            return Ok(self.angles(cos, sin));
+            return Ok(self.angles(cos, sin, 0, seq));
         }
         let index = positions
             .reshape([rows * seq])
@@ -289,6 +293,8 @@ impl RotaryEncoding {
         Ok(self.angles(
             self.cos.clone().select(1, index.clone()).reshape(shape),
             self.sin.clone().select(1, index).reshape(shape),
+            0,
+            seq,
         ))
     }
 
@@ -384,10 +390,18 @@ impl RotaryEncoding {
         )
     }
 
-    fn angles(&self, cos: Tensor<3>, sin: Tensor<3>) -> RotaryAngles {
+    fn angles(
+        &self,
+        cos: Tensor<3>,
+        sin: Tensor<3>,
+        table_offset: usize,
+        seq: usize,
+    ) -> RotaryAngles {
         RotaryAngles {
             cos,
             sin,
+            table_offset,
+            seq,
             halves_swapped: self.halves_swapped.clone(),
             layout: self.config.layout,
         }
@@ -414,6 +428,7 @@ impl RotaryAngles {
                 x,
                 self.cos.clone(),
                 self.sin.clone(),
+                self.table_offset,
                 self.layout,
             ))
         } else {
@@ -438,12 +453,12 @@ impl RotaryAngles {
 
     fn check(&self, x: &Tensor<4>) -> Result<(), PositionalError> {
         let [batch, _, seq, head_dim] = x.dims();
-        let [rows, angle_seq, rotary_dim] = self.cos.dims();
-        if seq != angle_seq {
+        let [rows, _, rotary_dim] = self.cos.dims();
+        if seq != self.seq {
             return Err(PositionalError::input(
                 "x.dims()[2]",
                 seq,
-                format!("must equal the number of positions ({angle_seq})"),
+                format!("must equal the number of positions ({})", self.seq),
             ));
         }
         if rows != 1 && rows != batch {
@@ -495,9 +510,13 @@ impl RotaryAngles {
                 .flip([4])
                 .reshape([batch, heads, seq, rotary_dim]),
         };
-        let cos = self.cos.clone().unsqueeze_dim::<4>(1);
-        let sin = self.sin.clone().unsqueeze_dim::<4>(1);
-        let rotated = rotating * cos + swapped * sin;
+        let window = |table: &Tensor<3>| {
+            table
+                .clone()
+                .narrow(1, self.table_offset, seq)
+                .unsqueeze_dim::<4>(1)
+        };
+        let rotated = rotating * window(&self.cos) + swapped * window(&self.sin);
         match passing {
             Some(passing) => Tensor::cat(vec![rotated, passing], 3),
             None => rotated,

@@ -16,13 +16,13 @@ use super::RotaryBackend;
 struct Rotate;
 
 impl<B: Backend + RotaryBackend> Backward<B, 1> for Rotate {
-    /// The tables and the layout, to rotate the gradient back.
-    type State = (FloatTensor<B>, FloatTensor<B>, bool, bool);
+    /// The tables, the row of the first position and the layout, to rotate the gradient back.
+    type State = (FloatTensor<B>, FloatTensor<B>, usize, bool, bool);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (cos, sin, interleaved, inverse) = ops.state;
+        let (cos, sin, table_offset, interleaved, inverse) = ops.state;
         unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-            B::rotate(grad, cos, sin, interleaved, !inverse)
+            B::rotate(grad, cos, sin, table_offset, interleaved, !inverse)
         });
     }
 }
@@ -32,6 +32,7 @@ impl<B: Backend + RotaryBackend, C: CheckpointStrategy> RotaryBackend for Autodi
         x: FloatTensor<Self>,
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
+        table_offset: usize,
         interleaved: bool,
         inverse: bool,
     ) -> FloatTensor<Self> {
@@ -41,11 +42,14 @@ impl<B: Backend + RotaryBackend, C: CheckpointStrategy> RotaryBackend for Autodi
             x.into_primitive(),
             cos.clone(),
             sin.clone(),
+            table_offset,
             interleaved,
             inverse,
         );
         match Rotate.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((cos, sin, interleaved, inverse), out),
+            OpsKind::Tracked(prep) => {
+                prep.finish((cos, sin, table_offset, interleaved, inverse), out)
+            }
             OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }

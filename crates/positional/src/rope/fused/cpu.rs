@@ -52,29 +52,38 @@ pub(super) struct Rotated {
     pub to_logical: [usize; 4],
 }
 
+/// The cos/sin tables as the kernel reads them: dense `[rows, positions, rotary_dim]` (`rows` 1
+/// or the batch), position `s` of `x` at table position `offset + s`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tables<'a> {
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub shape: [usize; 3],
+    pub offset: usize,
+}
+
 /// Rotates every row of `x` (see [`RotaryBackend::rotate`](super::RotaryBackend::rotate)).
 ///
-/// `cos` and `sin` are dense `[angle_rows, seq, rotary_dim]`, `angle_rows` 1 or the batch. The
-/// output keeps the order in which the input's rows lie in memory, so `[batch, seq, heads,
+/// The output keeps the order in which the input's rows lie in memory, so `[batch, seq, heads,
 /// head_dim]` data viewed as `[batch, heads, seq, head_dim]` is read and written in one sweep.
 pub(super) fn rotate(
     x: &[f32],
     view: RowView,
-    cos: &[f32],
-    sin: &[f32],
-    angle_rows: usize,
+    tables: Tables<'_>,
     interleaved: bool,
     inverse: bool,
 ) -> Rotated {
     let [batch, heads, seq, head_dim] = view.shape;
-    let rotary_dim = cos.len() / (angle_rows * seq);
+    let [angle_rows, positions, rotary_dim] = tables.shape;
     assert!(
         (angle_rows == 1 || angle_rows == batch)
-            && sin.len() == cos.len()
-            && rotary_dim * angle_rows * seq == cos.len()
+            && tables.offset + seq <= positions
+            && tables.cos.len() == angle_rows * positions * rotary_dim
+            && tables.sin.len() == tables.cos.len()
             && rotary_dim <= head_dim,
-        "rotate: tables of {} values do not fit x {:?} and {angle_rows} angle rows",
-        cos.len(),
+        "rotate: tables {:?} from position {} do not fit x {:?}",
+        tables.shape,
+        tables.offset,
         view.shape
     );
 
@@ -94,62 +103,46 @@ pub(super) fn rotate(
 
     let row_count = batch * heads * seq;
     let elements = row_count * head_dim;
+    let rows = Rows {
+        x,
+        cos: tables.cos,
+        sin: tables.sin,
+        offset: view.offset,
+        angle_offset: tables.offset * rotary_dim,
+        counts: stored_shape[..3].try_into().expect("three axes"),
+        x_strides: order.map(|axis| view.strides[axis]),
+        angle_strides: order.map(|axis| match axis {
+            0 if angle_rows > 1 => positions * rotary_dim,
+            2 => rotary_dim,
+            _ => 0,
+        }),
+        head_dim,
+        rotary_dim,
+        interleaved,
+        inverse,
+    };
     // The output is written once, into unfilled memory: zeroing it first would be a whole extra
     // write pass over it.
     let mut data: Vec<f32> = Vec::with_capacity(elements);
     let unfilled = &mut data.spare_capacity_mut()[..elements];
-    let rotate_row = |[b, h, s]: [usize; 3], out: &mut [MaybeUninit<f32>]| {
-        let start = view.offset + b * view.strides[0] + h * view.strides[1] + s * view.strides[2];
-        let input = &x[start..start + head_dim];
-        let angle = ((if angle_rows == 1 { 0 } else { b }) * seq + s) * rotary_dim;
-        let (cos, sin) = (
-            &cos[angle..angle + rotary_dim],
-            &sin[angle..angle + rotary_dim],
-        );
-        match (interleaved, inverse) {
-            (false, false) => rotate_half::<false>(input, cos, sin, out),
-            (false, true) => rotate_half::<true>(input, cos, sin, out),
-            (true, false) => rotate_pairs::<false>(input, cos, sin, out),
-            (true, true) => rotate_pairs::<true>(input, cos, sin, out),
-        }
-        for (out, &passing) in out[rotary_dim..].iter_mut().zip(&input[rotary_dim..]) {
-            *out = MaybeUninit::new(passing);
-        }
-    };
     // Rows in memory order: `x` is read and the output written in one sweep each. With rows
     // stored head by head, each head re-reads the cos/sin rows of every position; the kernel
     // reads half of each row (see `rotate_half`), so at head_dim 128 and 1024 positions that is
     // 512 KB, which stays in L2. Going position block by position block across heads instead
     // measured no faster.
-    let logical = |row: usize| {
-        let inner = row % stored_shape[2];
-        let middle = (row / stored_shape[2]) % stored_shape[1];
-        let outer = row / (stored_shape[2] * stored_shape[1]);
-        let mut index = [0; 3];
-        index[order[0]] = outer;
-        index[order[1]] = middle;
-        index[order[2]] = inner;
-        index
-    };
     if elements <= SERIAL_ELEMENTS {
-        for (row, out) in unfilled.chunks_exact_mut(head_dim).enumerate() {
-            rotate_row(logical(row), out);
-        }
+        rows.write(0, unfilled);
     } else {
         let rows_per_task = SERIAL_ELEMENTS.div_ceil(head_dim);
         unfilled
             .par_chunks_mut(rows_per_task * head_dim)
             .enumerate()
-            .for_each(|(task, chunk)| {
-                for (i, out) in chunk.chunks_exact_mut(head_dim).enumerate() {
-                    rotate_row(logical(task * rows_per_task + i), out);
-                }
-            });
+            .for_each(|(task, chunk)| rows.write(task * rows_per_task, chunk));
     }
     // SAFETY: the first `elements` values of the capacity are initialised: `unfilled` is split
-    // into rows of `head_dim`, every row goes to `rotate_row` exactly once, and `rotate_row`
-    // writes all of its row: `rotate_half` / `rotate_pairs` each of the first `rotary_dim`
-    // values, the loop after them each of the rest.
+    // into runs of whole rows, every run goes to `Rows::write` exactly once, and it writes every
+    // value of every row: `rotate_half` / `rotate_pairs` each of the first `rotary_dim` values,
+    // the loop after them each of the rest.
     #[allow(unsafe_code)]
     unsafe {
         data.set_len(elements);
@@ -161,8 +154,119 @@ pub(super) fn rotate(
     }
 }
 
+/// The input rows in memory order, and where each one's angles are.
+struct Rows<'a> {
+    x: &'a [f32],
+    cos: &'a [f32],
+    sin: &'a [f32],
+    /// `x`'s first element.
+    offset: usize,
+    /// The tables' entry for `x`'s first position.
+    angle_offset: usize,
+    /// Row counts of the three row axes, outermost to innermost in memory.
+    counts: [usize; 3],
+    /// `x`'s strides along those axes.
+    x_strides: [usize; 3],
+    /// The tables' strides along those axes: none along heads, nor along the batch when the
+    /// angles are shared.
+    angle_strides: [usize; 3],
+    head_dim: usize,
+    rotary_dim: usize,
+    interleaved: bool,
+    inverse: bool,
+}
+
+impl Rows<'_> {
+    /// Writes rows `first ..` of the output, as many as `out` holds.
+    fn write(&self, first: usize, out: &mut [MaybeUninit<f32>]) {
+        match (self.interleaved, self.inverse) {
+            (false, false) => self.write_as::<false, false>(first, out),
+            (false, true) => self.write_as::<false, true>(first, out),
+            (true, false) => self.write_as::<true, false>(first, out),
+            (true, true) => self.write_as::<true, true>(first, out),
+        }
+    }
+
+    /// The row loop compiled for AVX2 where the CPU has it: the same loop in vectors of eight
+    /// floats instead of SSE's four, and the same values, since each lane computes the same
+    /// products and sums (Rust never fuses them into multiply-adds).
+    fn write_as<const INTERLEAVED: bool, const INVERSE: bool>(
+        &self,
+        first: usize,
+        out: &mut [MaybeUninit<f32>],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            #[target_feature(enable = "avx2")]
+            fn with_avx2<const INTERLEAVED: bool, const INVERSE: bool>(
+                rows: &Rows<'_>,
+                first: usize,
+                out: &mut [MaybeUninit<f32>],
+            ) {
+                rows.write_rows::<INTERLEAVED, INVERSE>(first, out);
+            }
+            // SAFETY: the CPU has AVX2, checked just above.
+            #[allow(unsafe_code)]
+            unsafe {
+                with_avx2::<INTERLEAVED, INVERSE>(self, first, out)
+            };
+            return;
+        }
+        self.write_rows::<INTERLEAVED, INVERSE>(first, out);
+    }
+
+    #[inline(always)]
+    fn write_rows<const INTERLEAVED: bool, const INVERSE: bool>(
+        &self,
+        first: usize,
+        out: &mut [MaybeUninit<f32>],
+    ) {
+        if out.is_empty() {
+            return;
+        }
+        let [_, middle_count, inner_count] = self.counts;
+        // The row's index along each axis, advanced like an odometer rather than divided out of
+        // the row number for every row.
+        let mut index = [
+            first / (middle_count * inner_count),
+            first / inner_count % middle_count,
+            first % inner_count,
+        ];
+        let (head_dim, rotary_dim) = (self.head_dim, self.rotary_dim);
+        for out in out.chunks_exact_mut(head_dim) {
+            let [start, angle] = [
+                (self.offset, self.x_strides),
+                (self.angle_offset, self.angle_strides),
+            ]
+            .map(|(offset, strides)| {
+                offset + index[0] * strides[0] + index[1] * strides[1] + index[2] * strides[2]
+            });
+            let input = &self.x[start..][..head_dim];
+            let cos = &self.cos[angle..][..rotary_dim];
+            let sin = &self.sin[angle..][..rotary_dim];
+            if INTERLEAVED {
+                rotate_pairs::<INVERSE>(input, cos, sin, out);
+            } else {
+                rotate_half::<INVERSE>(input, cos, sin, out);
+            }
+            for (out, &passing) in out[rotary_dim..].iter_mut().zip(&input[rotary_dim..]) {
+                *out = MaybeUninit::new(passing);
+            }
+            index[2] += 1;
+            if index[2] == inner_count {
+                index[2] = 0;
+                index[1] += 1;
+                if index[1] == middle_count {
+                    index[1] = 0;
+                    index[0] += 1;
+                }
+            }
+        }
+    }
+}
+
 /// Pairs `(j, j + half)`: `out[j] = x[j] cos[j] + x[j + half] sin[j]` and the other way round.
-#[inline]
+#[inline(always)]
 fn rotate_half<const INVERSE: bool>(
     x: &[f32],
     cos: &[f32],
@@ -190,7 +294,7 @@ fn rotate_half<const INVERSE: bool>(
 }
 
 /// Pairs `(2j, 2j + 1)`.
-#[inline]
+#[inline(always)]
 fn rotate_pairs<const INVERSE: bool>(
     x: &[f32],
     cos: &[f32],
@@ -220,7 +324,7 @@ mod flex {
     use burn::backend::flex::FlexTensor;
     use burn::tensor::TensorData;
 
-    use super::{RowView, rotate};
+    use super::{RowView, Tables, rotate};
     use crate::rope::fused::RotaryBackend;
 
     impl RotaryBackend for Flex {
@@ -228,6 +332,7 @@ mod flex {
             x: FlexTensor,
             cos: FlexTensor,
             sin: FlexTensor,
+            table_offset: usize,
             interleaved: bool,
             inverse: bool,
         ) -> FlexTensor {
@@ -242,17 +347,15 @@ mod flex {
                         (x, view)
                     }
                 };
-            let angle_rows = cos.layout().shape()[0];
+            let shape = cos.layout().shape().dims::<3>();
             let (cos, sin) = (dense(cos), dense(sin));
-            let rotated = rotate(
-                x.storage::<f32>(),
-                view,
-                dense_slice(&cos),
-                dense_slice(&sin),
-                angle_rows,
-                interleaved,
-                inverse,
-            );
+            let tables = Tables {
+                cos: dense_slice(&cos),
+                sin: dense_slice(&sin),
+                shape,
+                offset: table_offset,
+            };
+            let rotated = rotate(x.storage::<f32>(), view, tables, interleaved, inverse);
             FlexTensor::from_data(TensorData::new(rotated.data, rotated.stored_shape))
                 .permute(&rotated.to_logical)
         }
@@ -279,7 +382,7 @@ mod ndarray_backend {
     use burn::backend::ndarray::{NdArrayTensor, SharedArray};
     use ndarray::{ArrayView, IxDyn};
 
-    use super::{RowView, rotate};
+    use super::{RowView, Tables, rotate};
     use crate::rope::fused::RotaryBackend;
 
     impl RotaryBackend for NdArray {
@@ -287,6 +390,7 @@ mod ndarray_backend {
             x: NdArrayTensor,
             cos: NdArrayTensor,
             sin: NdArrayTensor,
+            table_offset: usize,
             interleaved: bool,
             inverse: bool,
         ) -> NdArrayTensor {
@@ -296,18 +400,20 @@ mod ndarray_backend {
                 panic!("rotate: the fused kernel takes f32 tensors (the caller checks the dtype)");
             };
             let (x, cos, sin) = (x.view(), cos.view(), sin.view());
-            let angle_rows = cos.shape()[0];
+            let shape = cos.shape().try_into().expect("rank-3 tables");
             let (cos, sin) = (cos.as_standard_layout(), sin.as_standard_layout());
-            let cos = cos.as_slice().expect("standard layout");
-            let sin = sin.as_slice().expect("standard layout");
+            let tables = Tables {
+                cos: cos.as_slice().expect("standard layout"),
+                sin: sin.as_slice().expect("standard layout"),
+                shape,
+                offset: table_offset,
+            };
             let rotated = match strided(&x) {
-                Some((data, view)) => {
-                    rotate(data, view, cos, sin, angle_rows, interleaved, inverse)
-                }
+                Some((data, view)) => rotate(data, view, tables, interleaved, inverse),
                 None => {
                     let x = x.as_standard_layout();
                     let (data, view) = strided(&x.view()).expect("standard layout is strided");
-                    rotate(data, view, cos, sin, angle_rows, interleaved, inverse)
+                    rotate(data, view, tables, interleaved, inverse)
                 }
             };
             let stored = SharedArray::from_shape_vec(IxDyn(&rotated.stored_shape), rotated.data)

@@ -33,6 +33,7 @@ fn rotate_kernel(
     heads: FastDivmod<usize>,
     units: usize,
     half: usize,
+    table_offset: usize,
     #[comptime] interleaved: bool,
     #[comptime] inverse: bool,
 ) {
@@ -56,8 +57,10 @@ fn rotate_kernel(
         // Each pair's cosine is on both of its features and its sine is `-s` on the first and
         // `+s` on the second (`angle_tables`): the first feature's entries are enough.
         let angle_row = select(cos.shape(0) == 1, 0, b);
-        let c = cos[angle_row * cos.stride(0) + s * cos.stride(1) + first * cos.stride(2)];
-        let minus_s = sin[angle_row * sin.stride(0) + s * sin.stride(1) + first * sin.stride(2)];
+        let position = table_offset + s;
+        let c = cos[angle_row * cos.stride(0) + position * cos.stride(1) + first * cos.stride(2)];
+        let minus_s =
+            sin[angle_row * sin.stride(0) + position * sin.stride(1) + first * sin.stride(2)];
         if inverse {
             output[out_base + first] = a * c - other * minus_s;
             output[out_base + second] = other * c + a * minus_s;
@@ -88,6 +91,7 @@ fn rotate_vectorized<N: Size>(
     heads: FastDivmod<usize>,
     units: usize,
     rotating: usize,
+    table_offset: usize,
     #[comptime] interleaved: bool,
     #[comptime] inverse: bool,
 ) {
@@ -101,8 +105,9 @@ fn rotate_vectorized<N: Size>(
     let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
     let out_base = row * output.stride(2) / width;
     let angle_row = select(cos.shape(0) == 1, 0, b);
-    let angles = (angle_row * cos.stride(0) + s * cos.stride(1)) / width + unit;
-    let signs = (angle_row * sin.stride(0) + s * sin.stride(1)) / width + unit;
+    let position = table_offset + s;
+    let angles = (angle_row * cos.stride(0) + position * cos.stride(1)) / width + unit;
+    let signs = (angle_row * sin.stride(0) + position * sin.stride(1)) / width + unit;
     if unit >= rotating {
         // Pass-through features come after the rotating ones: `2 rotating` vectors of the half
         // layout's pairs, `rotating` vectors of interleaved pairs.
@@ -166,6 +171,7 @@ impl RotaryBackend for CubeBackend {
         x: CubeTensor,
         cos: CubeTensor,
         sin: CubeTensor,
+        table_offset: usize,
         interleaved: bool,
         inverse: bool,
     ) -> CubeTensor {
@@ -202,6 +208,7 @@ impl RotaryBackend for CubeBackend {
                 heads,
                 units,
                 rotating_features / width,
+                table_offset,
                 interleaved,
                 inverse,
             );
@@ -219,6 +226,7 @@ impl RotaryBackend for CubeBackend {
                 heads,
                 units,
                 half,
+                table_offset,
                 interleaved,
                 inverse,
             );

@@ -44,14 +44,15 @@ use super::RopeLayout;
 )]
 pub trait RotaryBackend: burn::backend::Backend {
     /// Rotates the first `rotary_dim` features of each row of `x` (`rotary_dim` is the width of
-    /// the tables) and copies the rest.
+    /// the tables) and copies the rest. Position `s` of `x` takes row `table_offset + s` of the
+    /// tables, so a decoding step reads its row of the whole table with no slice taken first.
     ///
     /// # Shapes
     /// - `x`: `[batch, heads, seq, head_dim]`, any strides (the layout `[batch, seq, heads,
     ///   head_dim]` with its middle axes swapped is read in place)
-    /// - `cos`, `sin`: `[batch or 1, seq, rotary_dim]`, each pair's cosine on both of its
-    ///   features and its sine as `-sin` on the first and `+sin` on the second, so that
-    ///   `out = x * cos + swap_pairs(x) * sin`
+    /// - `cos`, `sin`: `[batch or 1, rows, rotary_dim]`, `rows >= table_offset + seq`, dense; each
+    ///   pair's cosine on both of its features and its sine as `-sin` on the first and `+sin` on
+    ///   the second, so that `out = x * cos + swap_pairs(x) * sin`
     /// - output: `[batch, heads, seq, head_dim]`
     ///
     /// `inverse` rotates by minus the angles (`out = x * cos - swap_pairs(x) * sin`): the
@@ -63,6 +64,7 @@ pub trait RotaryBackend: burn::backend::Backend {
         x: FloatTensor<Self>,
         cos: FloatTensor<Self>,
         sin: FloatTensor<Self>,
+        table_offset: usize,
         interleaved: bool,
         inverse: bool,
     ) -> FloatTensor<Self>;
@@ -76,17 +78,20 @@ pub(super) fn available(x: &Tensor<4>, cos: &Tensor<3>) -> bool {
 
 /// The fused rotation of `x` (see [`RotaryBackend::rotate`]), where [`available`].
 ///
-/// Shapes are the caller's to check: `cos` and `sin` are `[batch or 1, seq, rotary_dim]`.
+/// Shapes are the caller's to check: `cos` and `sin` are `[batch or 1, rows, rotary_dim]` with
+/// rows `table_offset .. table_offset + seq` those of `x`'s positions.
 pub(super) fn rotate(
     x: Tensor<4>,
     cos: Tensor<3>,
     sin: Tensor<3>,
+    table_offset: usize,
     layout: RopeLayout,
 ) -> Tensor<4> {
     let rotated = <burn::backend::Dispatch as RotaryBackend>::rotate(
         x.into_dispatch(),
         cos.into_dispatch(),
         sin.into_dispatch(),
+        table_offset,
         layout == RopeLayout::Interleaved,
         false,
     );

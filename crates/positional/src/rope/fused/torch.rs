@@ -20,6 +20,7 @@ impl RotaryBackend for LibTorch {
         x: TchTensor,
         cos: TchTensor,
         sin: TchTensor,
+        table_offset: usize,
         interleaved: bool,
         inverse: bool,
     ) -> TchTensor {
@@ -45,8 +46,14 @@ impl RotaryBackend for LibTorch {
             rotating.reshape([batch, heads, seq, 2, half]).flip([3])
         }
         .reshape([batch, heads, seq, rotary_dim]);
-        // `[rows, seq, rotary_dim]` against `[batch, heads, seq, rotary_dim]`.
-        let (cos, sin) = (cos.tensor.unsqueeze(1), sin.tensor.unsqueeze(1));
+        // `[rows, seq, rotary_dim]` against `[batch, heads, seq, rotary_dim]`; a narrow is a view.
+        let angles = |table: TchTensor| {
+            table
+                .tensor
+                .narrow(1, table_offset as i64, seq)
+                .unsqueeze(1)
+        };
+        let (cos, sin) = (angles(cos), angles(sin));
         // The products into new tensors and the sum in place, as Burn's tensor ops on torch do.
         let mut rotated = &rotating * &cos;
         let swapped = &swapped * &sin;
