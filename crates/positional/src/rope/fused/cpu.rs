@@ -42,14 +42,44 @@ impl RowView {
     }
 }
 
-/// The rotated rows and how to read them as `[batch, heads, seq, head_dim]`.
-pub(super) struct Rotated {
-    /// The output, dense, its rows in the memory order of the input's.
-    pub data: Vec<f32>,
-    /// `data`'s shape: the input's first three axes in `order`, then `head_dim`.
+/// How the output's rows are stored: in the memory order of the input's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RowOrder {
+    /// The input's three row axes, outermost to innermost in memory.
+    axes: [usize; 3],
+    /// The output's shape: the input's first three axes in that order, then `head_dim`.
     pub stored_shape: [usize; 4],
-    /// The permutation that turns `data` back into `[batch, heads, seq, head_dim]`.
+    /// The permutation that turns the output back into `[batch, heads, seq, head_dim]`.
     pub to_logical: [usize; 4],
+}
+
+impl RowOrder {
+    pub fn of(view: &RowView) -> Self {
+        // Outermost to innermost by stride; ties keep the logical order.
+        let mut axes = [0, 1, 2];
+        axes.sort_by_key(|&axis| std::cmp::Reverse(view.strides[axis]));
+        let mut to_logical = [0, 0, 0, 3];
+        for (position, &axis) in axes.iter().enumerate() {
+            to_logical[axis] = position;
+        }
+        Self {
+            axes,
+            stored_shape: [
+                view.shape[axes[0]],
+                view.shape[axes[1]],
+                view.shape[axes[2]],
+                view.shape[3],
+            ],
+            to_logical,
+        }
+    }
+}
+
+/// The rotated rows, dense, and how to read them as `[batch, heads, seq, head_dim]`.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(super) struct Rotated {
+    pub data: Vec<f32>,
+    pub order: RowOrder,
 }
 
 /// The cos/sin tables as the kernel reads them: dense `[rows, positions, rotary_dim]` (`rows` 1
@@ -62,10 +92,9 @@ pub(super) struct Tables<'a> {
     pub offset: usize,
 }
 
-/// Rotates every row of `x` (see [`RotaryBackend::rotate`](super::RotaryBackend::rotate)).
-///
-/// The output keeps the order in which the input's rows lie in memory, so `[batch, seq, heads,
-/// head_dim]` data viewed as `[batch, heads, seq, head_dim]` is read and written in one sweep.
+/// Rotates every row of `x` (see [`RotaryBackend::rotate`](super::RotaryBackend::rotate)) into
+/// a new buffer.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(super) fn rotate(
     x: &[f32],
     view: RowView,
@@ -73,6 +102,39 @@ pub(super) fn rotate(
     interleaved: bool,
     inverse: bool,
 ) -> Rotated {
+    let elements = view.shape.iter().product();
+    // The output is written once, into unfilled memory: zeroing it first would be a whole extra
+    // write pass over it.
+    let mut data: Vec<f32> = Vec::with_capacity(elements);
+    let order = rotate_into(
+        x,
+        view,
+        tables,
+        interleaved,
+        inverse,
+        &mut data.spare_capacity_mut()[..elements],
+    );
+    // SAFETY: `rotate_into` initialised each of the first `elements` values of the capacity.
+    #[allow(unsafe_code)]
+    unsafe {
+        data.set_len(elements);
+    }
+    Rotated { data, order }
+}
+
+/// Rotates every row of `x` into `out`, which holds as many values as `x` and is fully written.
+///
+/// The output keeps the order in which the input's rows lie in memory ([`RowOrder`]), so
+/// `[batch, seq, heads, head_dim]` data viewed as `[batch, heads, seq, head_dim]` is read and
+/// written in one sweep.
+pub(super) fn rotate_into(
+    x: &[f32],
+    view: RowView,
+    tables: Tables<'_>,
+    interleaved: bool,
+    inverse: bool,
+    out: &mut [MaybeUninit<f32>],
+) -> RowOrder {
     let [batch, heads, seq, head_dim] = view.shape;
     let [angle_rows, positions, rotary_dim] = tables.shape;
     assert!(
@@ -80,38 +142,24 @@ pub(super) fn rotate(
             && tables.offset + seq <= positions
             && tables.cos.len() == angle_rows * positions * rotary_dim
             && tables.sin.len() == tables.cos.len()
-            && rotary_dim <= head_dim,
-        "rotate: tables {:?} from position {} do not fit x {:?}",
+            && rotary_dim <= head_dim
+            && out.len() == batch * heads * seq * head_dim,
+        "rotate: tables {:?} from position {} or an output of {} values do not fit x {:?}",
         tables.shape,
         tables.offset,
+        out.len(),
         view.shape
     );
-
-    // Outermost to innermost by stride; ties keep the logical order.
-    let mut order = [0, 1, 2];
-    order.sort_by_key(|&axis| std::cmp::Reverse(view.strides[axis]));
-    let stored_shape = [
-        view.shape[order[0]],
-        view.shape[order[1]],
-        view.shape[order[2]],
-        head_dim,
-    ];
-    let mut to_logical = [0, 0, 0, 3];
-    for (position, &axis) in order.iter().enumerate() {
-        to_logical[axis] = position;
-    }
-
-    let row_count = batch * heads * seq;
-    let elements = row_count * head_dim;
+    let order = RowOrder::of(&view);
     let rows = Rows {
         x,
         cos: tables.cos,
         sin: tables.sin,
         offset: view.offset,
         angle_offset: tables.offset * rotary_dim,
-        counts: stored_shape[..3].try_into().expect("three axes"),
-        x_strides: order.map(|axis| view.strides[axis]),
-        angle_strides: order.map(|axis| match axis {
+        counts: order.stored_shape[..3].try_into().expect("three axes"),
+        x_strides: order.axes.map(|axis| view.strides[axis]),
+        angle_strides: order.axes.map(|axis| match axis {
             0 if angle_rows > 1 => positions * rotary_dim,
             2 => rotary_dim,
             _ => 0,
@@ -121,37 +169,24 @@ pub(super) fn rotate(
         interleaved,
         inverse,
     };
-    // The output is written once, into unfilled memory: zeroing it first would be a whole extra
-    // write pass over it.
-    let mut data: Vec<f32> = Vec::with_capacity(elements);
-    let unfilled = &mut data.spare_capacity_mut()[..elements];
     // Rows in memory order: `x` is read and the output written in one sweep each. With rows
     // stored head by head, each head re-reads the cos/sin rows of every position; the kernel
     // reads half of each row (see `rotate_half`), so at head_dim 128 and 1024 positions that is
     // 512 KB, which stays in L2. Going position block by position block across heads instead
     // measured no faster.
-    if elements <= SERIAL_ELEMENTS {
-        rows.write(0, unfilled);
+    //
+    // Every value of `out` is written: it is split into runs of whole rows, every run goes to
+    // `Rows::write` exactly once, and that writes every value of every row (`rotate_half` /
+    // `rotate_pairs` each of the first `rotary_dim`, the loop after them each of the rest).
+    if out.len() <= SERIAL_ELEMENTS {
+        rows.write(0, out);
     } else {
         let rows_per_task = SERIAL_ELEMENTS.div_ceil(head_dim);
-        unfilled
-            .par_chunks_mut(rows_per_task * head_dim)
+        out.par_chunks_mut(rows_per_task * head_dim)
             .enumerate()
             .for_each(|(task, chunk)| rows.write(task * rows_per_task, chunk));
     }
-    // SAFETY: the first `elements` values of the capacity are initialised: `unfilled` is split
-    // into runs of whole rows, every run goes to `Rows::write` exactly once, and it writes every
-    // value of every row: `rotate_half` / `rotate_pairs` each of the first `rotary_dim` values,
-    // the loop after them each of the rest.
-    #[allow(unsafe_code)]
-    unsafe {
-        data.set_len(elements);
-    }
-    Rotated {
-        data,
-        stored_shape,
-        to_logical,
-    }
+    order
 }
 
 /// The input rows in memory order, and where each one's angles are.
@@ -356,8 +391,8 @@ mod flex {
                 offset: table_offset,
             };
             let rotated = rotate(x.storage::<f32>(), view, tables, interleaved, inverse);
-            FlexTensor::from_data(TensorData::new(rotated.data, rotated.stored_shape))
-                .permute(&rotated.to_logical)
+            FlexTensor::from_data(TensorData::new(rotated.data, rotated.order.stored_shape))
+                .permute(&rotated.order.to_logical)
         }
     }
 
@@ -416,9 +451,10 @@ mod ndarray_backend {
                     rotate(data, view, tables, interleaved, inverse)
                 }
             };
-            let stored = SharedArray::from_shape_vec(IxDyn(&rotated.stored_shape), rotated.data)
-                .expect("the output holds exactly its shape's elements");
-            NdArrayTensor::from(stored.permuted_axes(IxDyn(&rotated.to_logical)))
+            let stored =
+                SharedArray::from_shape_vec(IxDyn(&rotated.order.stored_shape), rotated.data)
+                    .expect("the output holds exactly its shape's elements");
+            NdArrayTensor::from(stored.permuted_axes(IxDyn(&rotated.order.to_logical)))
         }
     }
 

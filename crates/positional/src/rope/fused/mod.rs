@@ -4,14 +4,14 @@
 //! [`RotaryAngles::try_apply_reference`](super::RotaryAngles::try_apply_reference) computes with
 //! Burn's tensor ops, `x * cos + swap_pairs(x) * sin` on the first `rotary_dim` features and a
 //! copy of the rest, but reads `x` once and writes the output once: a multithreaded loop over the
-//! raw buffer on flex and ndarray (`cpu.rs`), one CubeCL kernel on WGPU and the other CubeCL
-//! runtimes (`cube.rs`). Its gradient is the rotation by minus the angle, the same op with
-//! `inverse` set (`autodiff.rs`).
+//! raw buffer on flex, ndarray and LibTorch's CPU device (`cpu.rs`, `torch.rs`), one CubeCL
+//! kernel on WGPU and the other CubeCL runtimes (`cube.rs`). Its gradient is the rotation by
+//! minus the angle, the same op with `inverse` set (`autodiff.rs`).
 //!
-//! LibTorch has no single kernel for it (torch has no rotary kernel, and building one needs a C++
-//! toolchain against libtorch's headers): its forward is the tensor-op sequence issued to torch
-//! (`torch.rs`), and what it gains is the backward, one rotation instead of Burn's autodiff of
-//! the gather, products and sum.
+//! On LibTorch's other devices (CUDA) there is no single kernel for it (torch has none, and
+//! building one needs a C++ toolchain against libtorch's headers): the forward is the tensor-op
+//! sequence issued to torch (`torch.rs`), and what it gains is the backward, one rotation
+//! instead of Burn's autodiff of the gather, products and sum.
 //!
 //! Other backends (or a dtype other than f32) take the tensor-op path; [`available`] decides per
 //! call from the tensor's device.
@@ -20,7 +20,7 @@
 #![allow(deprecated)]
 
 mod autodiff;
-#[cfg(any(feature = "flex", feature = "ndarray"))]
+#[cfg(any(feature = "flex", feature = "ndarray", feature = "tch"))]
 mod cpu;
 #[cfg(feature = "wgpu")]
 mod cube;

@@ -1,18 +1,26 @@
-//! The rotation on LibTorch: torch's own kernels, with the rotation's own backward.
+//! The rotation on LibTorch.
 //!
-//! Torch has no rotary kernel, and writing one means a C++ toolchain against libtorch's headers.
-//! The forward is therefore the tensor-op path's sequence, issued to torch directly: a copy with
-//! each pair swapped, two products, one sum in place. What this gains is the
+//! On the CPU, torch's tensors are raw buffers like flex's and ndarray's, and the rotation is the
+//! same multithreaded loop (`cpu.rs`), writing straight into a tensor torch allocates: one read
+//! of `x`, one write of the output.
+//!
+//! On other torch devices (CUDA) it is the tensor-op path's sequence issued to torch directly: a
+//! copy with each pair swapped, two products, one sum in place. Torch has no rotary kernel, and
+//! writing one means a C++ toolchain against libtorch's headers. What this path gains is the
 //! backward: through [`RotaryBackend`]'s autodiff it is one more rotation (four kernels), where
 //! Burn's autodiff of the tensor ops also runs the gather's backward, a scatter into zeros, and
 //! sums the two gradients of `x`.
 //!
-//! Products and sums are those of the tensor-op path in the same order, so the results are the
-//! same bit for bit.
+//! Both paths compute the products and sums of the tensor-op path in the same order, so the
+//! results are the same bit for bit.
+
+use std::mem::MaybeUninit;
 
 use burn::backend::LibTorch;
 use burn::backend::libtorch::TchTensor;
+use tch::{Device, Kind, Tensor};
 
+use super::cpu::{RowView, Tables, rotate_into};
 use crate::rope::fused::RotaryBackend;
 
 impl RotaryBackend for LibTorch {
@@ -24,52 +32,119 @@ impl RotaryBackend for LibTorch {
         interleaved: bool,
         inverse: bool,
     ) -> TchTensor {
-        let x = x.tensor;
-        let [batch, heads, seq, head_dim] = x.size()[..] else {
-            panic!(
-                "rotate: x must be [batch, heads, seq, head_dim], got {:?}",
-                x.size()
-            );
-        };
-        let rotary_dim = cos.tensor.size()[2];
-        let half = rotary_dim / 2;
-        let rotating = if head_dim > rotary_dim {
-            x.narrow(3, 0, rotary_dim)
+        let (x, cos, sin) = (x.tensor, cos.tensor, sin.tensor);
+        let on_cpu = [&x, &cos, &sin]
+            .iter()
+            .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float);
+        TchTensor::new(if on_cpu && x.numel() > 0 {
+            rotate_on_cpu(&x, &cos, &sin, table_offset, interleaved, inverse)
         } else {
-            x.shallow_clone()
-        };
-        // Each pair's two members swapped: a flip of the axis of the two halves, or of the two
-        // features of each pair (no index tensor to upload per call, as a gather would need).
-        let swapped = if interleaved {
-            rotating.reshape([batch, heads, seq, half, 2]).flip([4])
-        } else {
-            rotating.reshape([batch, heads, seq, 2, half]).flip([3])
-        }
-        .reshape([batch, heads, seq, rotary_dim]);
-        // `[rows, seq, rotary_dim]` against `[batch, heads, seq, rotary_dim]`; a narrow is a view.
-        let angles = |table: TchTensor| {
-            table
-                .tensor
-                .narrow(1, table_offset as i64, seq)
-                .unsqueeze(1)
-        };
-        let (cos, sin) = (angles(cos), angles(sin));
-        // The products into new tensors and the sum in place, as Burn's tensor ops on torch do.
-        let mut rotated = &rotating * &cos;
-        let swapped = &swapped * &sin;
-        let rotated = if inverse {
-            rotated.g_sub_(&swapped)
-        } else {
-            rotated.g_add_(&swapped)
-        };
-        let out = if head_dim > rotary_dim {
-            tch::Tensor::cat(
-                &[rotated, x.narrow(3, rotary_dim, head_dim - rotary_dim)],
-                3,
-            )
-        } else {
-            rotated
-        };
-        TchTensor::new(out)
+            rotate_with_torch_ops(&x, &cos, &sin, table_offset, interleaved, inverse)
+        })
+    }
+}
+
+/// The CPU loop over torch's buffers. `x` is non-empty; all three are f32 CPU tensors.
+fn rotate_on_cpu(
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    table_offset: usize,
+    interleaved: bool,
+    inverse: bool,
+) -> Tensor {
+    let sizes = |t: &Tensor| -> Vec<usize> { t.size().iter().map(|&n| n as usize).collect() };
+    let strides = |t: &Tensor| -> Vec<isize> { t.stride().iter().map(|&n| n as isize).collect() };
+    let x = match RowView::new(&sizes(x), &strides(x), 0) {
+        Some(_) => x.shallow_clone(),
+        None => x.contiguous(),
+    };
+    let view = RowView::new(&sizes(&x), &strides(&x), 0).expect("a contiguous tensor is strided");
+    let (cos, sin) = (cos.contiguous(), sin.contiguous());
+    let table_shape: [usize; 3] = sizes(&cos).try_into().expect("rank-3 tables");
+    // Torch's strides are never negative, so `x`'s elements lie between its first element and
+    // the one at the largest index along every axis.
+    let span = 1
+        + (0..4)
+            .map(|axis| (view.shape[axis] - 1) * view.strides.get(axis).copied().unwrap_or(1))
+            .sum::<usize>();
+    let table_len = table_shape.iter().product();
+    let elements = view.shape.iter().product::<usize>();
+    let order = super::cpu::RowOrder::of(&view);
+    let stored_shape = order.stored_shape.map(|n| n as i64);
+    let output = Tensor::empty(stored_shape, (Kind::Float, Device::Cpu));
+    // SAFETY: each tensor is an f32 CPU tensor (checked by the caller), alive and not written by
+    // anything else for the length of this call, and its data pointer is its first element:
+    // - `x` is non-empty, and every element of it is within `span` values of its first (above);
+    // - `cos` and `sin` are contiguous, `table_len` values each;
+    // - `output` was just allocated, contiguous, with `elements` values; it is viewed as
+    //   unfilled, and `rotate_into` writes every one of them.
+    #[allow(unsafe_code)]
+    let (x_values, cos_values, sin_values, out) = unsafe {
+        (
+            std::slice::from_raw_parts(x.data_ptr() as *const f32, span),
+            std::slice::from_raw_parts(cos.data_ptr() as *const f32, table_len),
+            std::slice::from_raw_parts(sin.data_ptr() as *const f32, table_len),
+            std::slice::from_raw_parts_mut(output.data_ptr() as *mut MaybeUninit<f32>, elements),
+        )
+    };
+    let tables = Tables {
+        cos: cos_values,
+        sin: sin_values,
+        shape: table_shape,
+        offset: table_offset,
+    };
+    rotate_into(x_values, view, tables, interleaved, inverse, out);
+    output.permute(order.to_logical.map(|axis| axis as i64))
+}
+
+/// Torch's own kernels, for devices other than the CPU.
+fn rotate_with_torch_ops(
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    table_offset: usize,
+    interleaved: bool,
+    inverse: bool,
+) -> Tensor {
+    let [batch, heads, seq, head_dim] = x.size()[..] else {
+        panic!(
+            "rotate: x must be [batch, heads, seq, head_dim], got {:?}",
+            x.size()
+        );
+    };
+    let rotary_dim = cos.size()[2];
+    let half = rotary_dim / 2;
+    let rotating = if head_dim > rotary_dim {
+        x.narrow(3, 0, rotary_dim)
+    } else {
+        x.shallow_clone()
+    };
+    // Each pair's two members swapped: a flip of the axis of the two halves, or of the two
+    // features of each pair (no index tensor to upload per call, as a gather would need).
+    let swapped = if interleaved {
+        rotating.reshape([batch, heads, seq, half, 2]).flip([4])
+    } else {
+        rotating.reshape([batch, heads, seq, 2, half]).flip([3])
+    }
+    .reshape([batch, heads, seq, rotary_dim]);
+    // `[rows, seq, rotary_dim]` against `[batch, heads, seq, rotary_dim]`; a narrow is a view.
+    let angles = |table: &Tensor| table.narrow(1, table_offset as i64, seq).unsqueeze(1);
+    let (cos, sin) = (angles(cos), angles(sin));
+    // The products into new tensors and the sum in place, as Burn's tensor ops on torch do.
+    let mut rotated = &rotating * &cos;
+    let swapped = &swapped * &sin;
+    let rotated = if inverse {
+        rotated.g_sub_(&swapped)
+    } else {
+        rotated.g_add_(&swapped)
+    };
+    if head_dim > rotary_dim {
+        Tensor::cat(
+            &[rotated, x.narrow(3, rotary_dim, head_dim - rotary_dim)],
+            3,
+        )
+    } else {
+        rotated
     }
 }
