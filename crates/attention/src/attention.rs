@@ -179,7 +179,7 @@ impl MultiHeadAttention {
         if self.config.causal
             && q_len == k_len
             && q_len > CAUSAL_BLOCK
-            && scores_every_key(q.device().as_dispatch())
+            && causal_blocks(q.device().as_dispatch()).is_some()
         {
             return self.causal_in_blocks(q, k, v, key_padding);
         }
@@ -187,9 +187,8 @@ impl MultiHeadAttention {
         // visible key is NaN in torch's SDPA, and burn-tch hands Burn's boolean mask to SDPA with
         // the opposite meaning), without dropout, and with a causal mask it can build itself
         // (torch aligns it top-left, right only when q_len == k_len; one query needs none).
-        let training_dropout = self.dropout.prob > 0.0 && q.is_autodiff();
         let fused_causal = !self.config.causal || q_len == k_len || q_len == 1;
-        if key_padding.is_none() && !training_dropout && fused_causal {
+        if key_padding.is_none() && !self.training_dropout(&q) && fused_causal {
             self.fused(q, k, v)
         } else {
             self.explicit(q, k, v, key_padding, past)
@@ -197,10 +196,12 @@ impl MultiHeadAttention {
     }
 
     /// Causal attention over a whole sequence, `CAUSAL_BLOCK` queries at a time, each block
-    /// through the explicit path against only the keys it can see: about half the products and
-    /// softmax work of scoring every query against every key and masking afterwards, which is
-    /// what Burn's `module::attention` does on the backends [`scores_every_key`] names. Rows of
-    /// a softmax are independent, so the blocks compute the same numbers as one explicit pass.
+    /// against only the keys it can see: about half the products and softmax work of scoring
+    /// every query against every key and masking afterwards, which is what Burn's
+    /// `module::attention` does on the backends [`causal_blocks`] names. Each block goes through
+    /// Burn's kernel where it aligns a causal mask as a block needs and nothing else rules it out
+    /// (as in [`attention`](Self::attention)), the explicit path otherwise. Rows of a softmax are
+    /// independent, so the blocks compute the same numbers as one pass.
     /// `k` and `v` have one head per query head; `key_padding` is `[batch, k_len]`.
     pub(crate) fn causal_in_blocks(
         &self,
@@ -210,23 +211,35 @@ impl MultiHeadAttention {
         key_padding: Option<Tensor<2, Bool>>,
     ) -> Result<Tensor<4>, AttentionError> {
         let len = q.dims()[2];
+        let fused = causal_blocks(q.device().as_dispatch()) == Some(BlockKernel::Fused)
+            && key_padding.is_none()
+            && !self.training_dropout(&q);
         let blocks = (0..len)
             .step_by(CAUSAL_BLOCK)
             .map(|start| {
                 let rows = CAUSAL_BLOCK.min(len - start);
                 let visible = start + rows;
-                self.explicit(
+                let (q, k, v) = (
                     q.clone().narrow(2, start, rows),
                     k.clone().narrow(2, 0, visible),
                     v.clone().narrow(2, 0, visible),
-                    key_padding
+                );
+                if fused {
+                    self.fused(q, k, v)
+                } else {
+                    let padding = key_padding
                         .clone()
-                        .map(|padding| padding.narrow(1, 0, visible)),
-                    start,
-                )
+                        .map(|padding| padding.narrow(1, 0, visible));
+                    self.explicit(q, k, v, padding, start)
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Tensor::cat(blocks, 2))
+    }
+
+    /// Whether dropout applies to the attention weights of this call: training, with a rate.
+    fn training_dropout(&self, q: &Tensor<4>) -> bool {
+        self.dropout.prob > 0.0 && q.is_autodiff()
     }
 
     /// `1 / sqrt(head_dim)`, the scale of `q k^T`.
@@ -407,17 +420,32 @@ fn visibility_mask(
 /// doing 56% of the full pass's work, each large enough for matrix products to run at speed.
 const CAUSAL_BLOCK: usize = 256;
 
-/// Whether Burn's `module::attention` on this device scores every query against every key and
-/// masks afterwards (its fallback, the only form it has on ndarray), so that
-/// [`MultiHeadAttention::causal_in_blocks`] saves work there. Backends with a fused kernel skip
-/// masked blocks themselves.
-fn scores_every_key(device: &DispatchDevice) -> bool {
+/// How the blocks of [`MultiHeadAttention::causal_in_blocks`] run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKernel {
+    /// Burn's `module::attention`, whose causal mask is aligned bottom-right (query `i` of
+    /// `q_len` sees keys up to `k_len - q_len + i`), as a block of queries against the keys up
+    /// to its last one needs.
+    Fused,
+    /// The explicit path.
+    Explicit,
+}
+
+/// On the devices where Burn's `module::attention` scores every query against every key and
+/// masks afterwards, so that [`MultiHeadAttention::causal_in_blocks`] saves work, how its blocks
+/// run; `None` on the others, whose kernels skip masked blocks themselves.
+/// - ndarray: `module::attention` is Burn's fallback, the explicit products and softmax.
+/// - flex: its flash and score-matrix kernels apply the causal mask to every score they compute
+///   (burn-flex 0.22.1, `ops/attention.rs`), bottom-right aligned.
+fn causal_blocks(device: &DispatchDevice) -> Option<BlockKernel> {
     match device {
         #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => true,
-        DispatchDevice::Autodiff(inner) => scores_every_key(&inner.clone().inner()),
+        DispatchDevice::NdArray(_) => Some(BlockKernel::Explicit),
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Some(BlockKernel::Fused),
+        DispatchDevice::Autodiff(inner) => causal_blocks(&inner.clone().inner()),
         #[allow(unreachable_patterns)]
-        _ => false,
+        _ => None,
     }
 }
 

@@ -49,7 +49,7 @@ fn fused_path_equals_explicit_path(device: &Device) {
 }
 for_each_backend!(fused_path_equals_explicit_path);
 
-/// Causal attention in blocks of queries (ndarray's path for long sequences) against one explicit
+/// Causal attention in blocks of queries (the path on ndarray and flex for long sequences) against one explicit
 /// pass, for every scheme, with and without padding, over a length that ends mid-block.
 fn causal_blocks_equal_one_explicit_pass(device: &Device) {
     let len = 2 * CAUSAL_BLOCK + 3;
