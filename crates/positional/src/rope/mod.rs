@@ -9,8 +9,9 @@
 //! cos and sin are computed in f64 on the host and rounded once to f32, so an angle of 131071 rad
 //! is as exact as f32 can hold the result, where computing `p * w` in f32 loses about 1e-2.
 //!
-//! The rotation itself is one fused pass per call on flex, ndarray and WGPU, and torch's own
-//! kernels on LibTorch, each with the rotation by minus the angle as its backward
+//! The rotation itself is one fused pass per call on flex, ndarray, WGPU and LibTorch's CPU
+//! device, and torch's own kernels on its other devices, each with the rotation by minus the
+//! angle as its backward
 //! ([`RotaryBackend`]); the tensor-op form stays as their reference
 //! ([`RotaryAngles::try_apply_reference`]).
 

@@ -148,3 +148,60 @@ fn rotate_with_torch_ops(
         rotated
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tables laid out as `angle_tables` lays them: each pair's cosine on both features, its sine
+    /// as `-s` on the first and `+s` on the second. `[1, rows, rotary_dim]`.
+    fn tables(rows: i64, rotary_dim: i64, interleaved: bool) -> (Tensor, Tensor) {
+        let options = (Kind::Float, Device::Cpu);
+        let (c, s) = (
+            Tensor::randn([1, rows, rotary_dim / 2], options),
+            Tensor::randn([1, rows, rotary_dim / 2], options),
+        );
+        let pair = |first: &Tensor, second: &Tensor| {
+            if interleaved {
+                Tensor::stack(&[first, second], -1).reshape([1, rows, rotary_dim])
+            } else {
+                Tensor::cat(&[first, second], -1)
+            }
+        };
+        (pair(&c, &c), pair(&s.neg(), &s))
+    }
+
+    fn values(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.contiguous().flatten(0, -1)).expect("an f32 tensor")
+    }
+
+    /// The torch-op path serves LibTorch's devices other than the CPU, which this machine lacks:
+    /// it is held to the CPU loop here, on CPU tensors, bit for bit.
+    #[test]
+    fn torch_ops_equal_the_cpu_loop() {
+        tch::manual_seed(7);
+        let (batch, heads, seq, head_dim) = (2, 3, 5, 10);
+        for interleaved in [false, true] {
+            for inverse in [false, true] {
+                for (rotary_dim, seq_major) in [(10, false), (6, false), (6, true)] {
+                    let options = (Kind::Float, Device::Cpu);
+                    let x = if seq_major {
+                        Tensor::randn([batch, seq, heads, head_dim], options).transpose(1, 2)
+                    } else {
+                        Tensor::randn([batch, heads, seq, head_dim], options)
+                    };
+                    let (cos, sin) = tables(9, rotary_dim, interleaved);
+                    let with_ops = rotate_with_torch_ops(&x, &cos, &sin, 3, interleaved, inverse);
+                    let on_cpu = rotate_on_cpu(&x, &cos, &sin, 3, interleaved, inverse);
+                    assert_eq!(on_cpu.size(), with_ops.size());
+                    assert_eq!(
+                        values(&on_cpu),
+                        values(&with_ops),
+                        "interleaved {interleaved}, inverse {inverse}, rotary_dim {rotary_dim}, \
+                         seq-major {seq_major}"
+                    );
+                }
+            }
+        }
+    }
+}
