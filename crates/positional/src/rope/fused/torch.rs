@@ -20,7 +20,7 @@ use burn::backend::LibTorch;
 use burn::backend::libtorch::TchTensor;
 use tch::{Device, Kind, Tensor};
 
-use super::cpu::{RowView, Tables, rotate_into};
+use super::cpu::{RowOrder, RowView, Tables, rotate_into};
 use crate::rope::fused::RotaryBackend;
 
 impl RotaryBackend for LibTorch {
@@ -55,22 +55,27 @@ fn rotate_on_cpu(
 ) -> Tensor {
     let sizes = |t: &Tensor| -> Vec<usize> { t.size().iter().map(|&n| n as usize).collect() };
     let strides = |t: &Tensor| -> Vec<isize> { t.stride().iter().map(|&n| n as isize).collect() };
-    let x = match RowView::new(&sizes(x), &strides(x), 0) {
-        Some(_) => x.shallow_clone(),
-        None => x.contiguous(),
+    let (x, view) = match RowView::new(&sizes(x), &strides(x), 0) {
+        Some(view) => (x.shallow_clone(), view),
+        None => {
+            let x = x.contiguous();
+            let view = RowView::new(&sizes(&x), &strides(&x), 0)
+                .expect("a contiguous tensor has adjacent features");
+            (x, view)
+        }
     };
-    let view = RowView::new(&sizes(&x), &strides(&x), 0).expect("a contiguous tensor is strided");
     let (cos, sin) = (cos.contiguous(), sin.contiguous());
     let table_shape: [usize; 3] = sizes(&cos).try_into().expect("rank-3 tables");
     // Torch's strides are never negative, so `x`'s elements lie between its first element and
-    // the one at the largest index along every axis.
-    let span = 1
-        + (0..4)
-            .map(|axis| (view.shape[axis] - 1) * view.strides.get(axis).copied().unwrap_or(1))
+    // the last feature of the row at the largest index along every row axis.
+    let [.., head_dim] = view.shape;
+    let span = head_dim
+        + (0..3)
+            .map(|axis| (view.shape[axis] - 1) * view.strides[axis])
             .sum::<usize>();
     let table_len = table_shape.iter().product();
     let elements = view.shape.iter().product::<usize>();
-    let order = super::cpu::RowOrder::of(&view);
+    let order = RowOrder::of(&view);
     let stored_shape = order.stored_shape.map(|n| n as i64);
     let output = Tensor::empty(stored_shape, (Kind::Float, Device::Cpu));
     // SAFETY: each tensor is an f32 CPU tensor (checked by the caller), alive and not written by
