@@ -12,7 +12,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Int, Tensor};
 use positional::{Alibi, RotaryEncoding};
 
-use crate::biased_sdpa;
+use crate::alibi_attention;
 use crate::cache::KvCache;
 use crate::config::MultiHeadAttentionConfig;
 use crate::error::{AttentionError, or_panic};
@@ -250,7 +250,7 @@ impl MultiHeadAttention {
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
-    /// with ALiBi on LibTorch torch's SDPA with the bias as its float mask ([`biased_sdpa`]).
+    /// with ALiBi on WGPU and LibTorch a kernel that takes the bias itself ([`alibi_attention`]).
     /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
@@ -261,22 +261,24 @@ impl MultiHeadAttention {
         let [batch, heads, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         let is_causal = self.config.causal && q_len > 1;
-        let (q, k, v, bias) = match &self.alibi {
-            Some(alibi) => {
-                let bias = alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
-                if biased_sdpa::available(&q) {
-                    return Ok(biased_sdpa::biased_attention(
-                        q,
-                        k,
-                        v,
-                        bias,
-                        self.score_scale(),
-                        is_causal,
-                    ));
-                }
-                (q, k, v, Some(bias.expand([batch, heads, q_len, k_len])))
+        let bias = match &self.alibi {
+            Some(alibi) if alibi_attention::available(&q) => {
+                return Ok(alibi_attention::alibi_attention(
+                    q,
+                    k,
+                    v,
+                    alibi.slopes(),
+                    self.score_scale(),
+                    is_causal,
+                ));
             }
-            None => (q, k, v, None),
+            Some(alibi) => Some(
+                alibi
+                    .try_bias(q_len, k_len)?
+                    .unsqueeze::<4>()
+                    .expand([batch, heads, q_len, k_len]),
+            ),
+            None => None,
         };
         let options = AttentionModuleOptions {
             scale: None,

@@ -34,8 +34,8 @@
 //! assert_eq!((prefill.dims(), cache.len()), ([2, 5, 32], 6));
 //! ```
 
+mod alibi_attention;
 mod attention;
-mod biased_sdpa;
 mod cache;
 mod config;
 pub mod error;

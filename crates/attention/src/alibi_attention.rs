@@ -1,0 +1,190 @@
+//! Attention with ALiBi (Press et al., "Train Short, Test Long: Attention with Linear Biases
+//! Enables Input Length Extrapolation", ICLR 2022) without Burn's unfused fallback.
+//!
+//! Burn's `module::attention` hands a call with a bias to its fallback on WGPU and LibTorch:
+//! scores, bias and softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time
+//! of the call without a bias. Here the bias never leaves the kernel where there is one:
+//! - WGPU (and Burn's other CubeCL runtimes): one CubeCL kernel that computes each score's bias
+//!   from its head's slope and the distance (`cube.rs`);
+//! - LibTorch: torch's `scaled_dot_product_attention`, which takes an additive float mask
+//!   (`torch.rs`).
+//!
+//! Only for tensors without autodiff: neither has a backward here. Everything else takes
+//! [`module::attention`](burn::tensor::module::attention) with the bias from
+//! [`positional::Alibi::bias`], which is also what the tests hold these to.
+
+// Burn 0.22 deprecates its LibTorch backend in favour of CubeCL; users still run it.
+#![allow(deprecated)]
+
+#[cfg(feature = "wgpu")]
+mod cube;
+#[cfg(feature = "tch")]
+mod torch;
+
+use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Tensor};
+
+/// Attention with ALiBi, where a backend has a faster form than Burn's fallback.
+#[backend_extension(
+    Cube: cfg(feature = "wgpu"),
+    Fusion: cfg(feature = "wgpu"),
+    LibTorch: cfg(feature = "tch"),
+)]
+pub trait AlibiAttentionBackend: burn::backend::Backend {
+    /// `softmax(q k^T * scale + bias + causal) v` with `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`,
+    /// the bias of [`positional::Alibi::bias`]: queries are the last `q_len` of the `k_len` key
+    /// positions, `q_pos_i = k_len - q_len + i`, and `causal` hides the keys after each query.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, heads, q_len, head_dim]`, `q_len <= k_len`; `k`, `v`: `[batch, heads,
+    ///   k_len, head_dim]`; any strides
+    /// - `slopes`: `[heads]`
+    /// - output: `[batch, heads, q_len, head_dim]`
+    #[fusion(dtype = q, shape = q)]
+    // Without a backend feature no backend implements it, and the generated dispatch ignores them.
+    #[allow(unused_variables)]
+    fn alibi_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        slopes: FloatTensor<Self>,
+        scale: f64,
+        causal: bool,
+    ) -> FloatTensor<Self>;
+}
+
+/// Whether [`AlibiAttentionBackend::alibi_attention`] runs for `q`'s device and dtype.
+pub(crate) fn available(q: &Tensor<4>) -> bool {
+    has_kernel(q.device().as_dispatch(), q.dtype())
+}
+
+/// [`AlibiAttentionBackend::alibi_attention`], where [`available`].
+///
+/// # Shapes
+/// As [`AlibiAttentionBackend::alibi_attention`].
+pub(crate) fn alibi_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    slopes: Tensor<1>,
+    scale: f64,
+    causal: bool,
+) -> Tensor<4> {
+    Tensor::from_dispatch(
+        <burn::backend::Dispatch as AlibiAttentionBackend>::alibi_attention(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            slopes.into_dispatch(),
+            scale,
+            causal,
+        ),
+    )
+}
+
+// Devices under autodiff are not listed: there is no backward here.
+#[allow(unused_variables)]
+fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
+    match device {
+        // The kernel is written for f32.
+        #[cfg(feature = "wgpu")]
+        DispatchDevice::Cube(_) => dtype == DType::F32,
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(_) => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::activation::softmax;
+    use burn::tensor::{Device, Distribution, Int};
+    use positional::AlibiConfig;
+    use positional::testing::{assert_close, floats};
+
+    use super::*;
+
+    /// `softmax(q k^T * scale + bias, masked) v` spelled out, with the bias of
+    /// `positional::Alibi::bias`.
+    fn reference(
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        bias: Tensor<3>,
+        scale: f64,
+        causal: bool,
+    ) -> Tensor<4> {
+        let [_, _, q_len, _] = q.dims();
+        let k_len = k.dims()[2];
+        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.unsqueeze::<4>();
+        if causal {
+            let device = scores.device();
+            let query_positions =
+                Tensor::<1, Int>::arange((k_len - q_len) as i64..k_len as i64, &device)
+                    .reshape([1, 1, q_len, 1]);
+            let key_positions =
+                Tensor::<1, Int>::arange(0..k_len as i64, &device).reshape([1, 1, 1, k_len]);
+            let hidden = key_positions.greater(query_positions).expand(scores.dims());
+            scores = scores.mask_fill(hidden, f32::NEG_INFINITY);
+        }
+        softmax(scores, 3).matmul(v)
+    }
+
+    /// The kernel against the reference: a head size the kernel unrolls (64) and one it does not
+    /// divide evenly into vectors (6), queries that are all of the keys or their last few (a
+    /// chunk after a cache), with and without a causal mask, on `[batch, seq, heads, head_dim]`
+    /// data read through swapped axes as the module hands it over.
+    fn kernel_equals_the_reference(device: &Device) {
+        for head_dim in [64, 6] {
+            for (q_len, k_len) in [(37, 37), (5, 40), (1, 9)] {
+                for causal in [false, true] {
+                    let heads = 3;
+                    let random = |len| {
+                        Tensor::<4>::random(
+                            [2, len, heads, head_dim],
+                            Distribution::Normal(0.0, 1.0),
+                            device,
+                        )
+                        .swap_dims(1, 2)
+                    };
+                    let (q, k, v) = (random(q_len), random(k_len), random(k_len));
+                    assert!(available(&q), "no ALiBi kernel on {device:?}");
+                    let alibi = AlibiConfig::new(heads).init(device);
+                    let scale = (head_dim as f64).sqrt().recip();
+                    let want = reference(
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        alibi.bias(q_len, k_len),
+                        scale,
+                        causal,
+                    );
+                    let got = alibi_attention(q, k, v, alibi.slopes(), scale, causal);
+                    assert_close(&got.into_data(), &floats(&want.into_data()), 2e-6);
+                }
+            }
+        }
+    }
+
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn wgpu_kernel_equals_the_reference() {
+        kernel_equals_the_reference(&positional::testing::device("wgpu"));
+    }
+
+    #[cfg(feature = "tch")]
+    #[test]
+    fn torch_sdpa_equals_the_reference() {
+        kernel_equals_the_reference(&positional::testing::device("tch"));
+    }
+
+    /// Under autodiff the module needs a backward, which neither kernel has here.
+    #[test]
+    fn no_kernel_under_autodiff() {
+        for (name, device) in positional::testing::devices() {
+            let q = Tensor::<4>::zeros([1, 1, 1, 8], &device).autodiff();
+            assert!(!available(&q), "{name}");
+        }
+    }
+}
