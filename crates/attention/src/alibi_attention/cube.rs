@@ -84,6 +84,7 @@ fn alibi_attention_kernel(
     let top = first_query + last;
     let keys = select(causal, top + 1, k_len);
     for step in 0..keys {
+        // Where `step > top`, `top - step` wraps (unsigned) and `select` discards it.
         let j = select(step <= top, top - step, step);
         let key = k_head + j * k.stride(2);
         let mut dot = Array::<f32>::new(queries);
