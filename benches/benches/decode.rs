@@ -28,9 +28,7 @@ fn setup(device: &Device, length: usize) -> (MultiHeadAttention, KvCache, Tensor
     // Warm up: kernels compile (WGPU) and autotune on the first steps.
     for _ in 0..3 {
         let mut warm = cache.clone();
-        module
-            .forward_cached(token.clone(), None, &mut warm)
-            .into_data();
+        read_back(module.forward_cached(token.clone(), None, &mut warm));
     }
     (module, cache, token)
 }
@@ -41,10 +39,17 @@ fn step(bencher: Bencher, backend: &str, length: usize) {
     bencher.bench_local(|| {
         // Each step starts from the same cache of `length` tokens.
         let mut cache = cache.clone();
-        module
-            .forward_cached(token.clone(), None, &mut cache)
-            .into_data()
+        read_back(module.forward_cached(token.clone(), None, &mut cache))
     });
+}
+
+/// The output's values on the host. Reading them is what waits for the step: on WGPU
+/// `into_data` alone only schedules the copy, which runs when the bytes are first read.
+fn read_back(output: Tensor<3>) -> Vec<f32> {
+    output
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("the step's output is f32")
 }
 
 macro_rules! decode_steps {

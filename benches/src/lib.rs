@@ -11,7 +11,10 @@ pub fn bench_synced<const D: usize>(
     call: impl Fn() -> Tensor<D>,
 ) {
     for _ in 0..5 {
-        call().into_data();
+        // `sync`, not `into_data`: on WGPU that only schedules the copy, to run when the bytes are
+        // first read.
+        drop(call());
+        device.sync().expect("the device runs the benchmark");
     }
     bencher.bench_local(|| {
         let out = call();
