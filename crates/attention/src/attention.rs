@@ -250,7 +250,8 @@ impl MultiHeadAttention {
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
-    /// with ALiBi on WGPU and LibTorch a kernel that takes the bias itself ([`alibi_attention`]).
+    /// with ALiBi on WGPU and LibTorch a kernel of ours instead of Burn's unfused fallback
+    /// ([`alibi_attention`]).
     /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
