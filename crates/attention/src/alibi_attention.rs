@@ -3,11 +3,11 @@
 //!
 //! Burn's `module::attention` hands a call with a bias to its fallback on WGPU and LibTorch:
 //! scores, bias and softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time
-//! of the call without a bias. Here the bias never leaves the kernel where there is one:
+//! of the call without a bias. Here instead:
 //! - WGPU (and Burn's other CubeCL runtimes): one CubeCL kernel that computes each score's bias
-//!   from its head's slope and the distance (`cube.rs`);
-//! - LibTorch: torch's `scaled_dot_product_attention`, which takes an additive float mask
-//!   (`torch.rs`).
+//!   from its head's slope and the distance, so no bias or score tensor is written (`cube.rs`);
+//! - LibTorch: torch's `scaled_dot_product_attention`, with the bias built in torch as its
+//!   additive float mask (`torch.rs`).
 //!
 //! Only for tensors without autodiff: neither has a backward here. Everything else takes
 //! [`module::attention`](burn::tensor::module::attention) with the bias from
