@@ -1,35 +1,25 @@
 //! Attention with ALiBi (Press et al., "Train Short, Test Long: Attention with Linear Biases
-//! Enables Input Length Extrapolation", ICLR 2022) without Burn's unfused fallback.
+//! Enables Input Length Extrapolation", ICLR 2022) as one CubeCL kernel on WGPU (and Burn's
+//! other CubeCL runtimes), without Burn's unfused fallback.
 //!
-//! Burn's `module::attention` hands a call with a bias to its fallback on WGPU and LibTorch:
-//! scores, bias and softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time
-//! of the call without a bias. Here instead:
-//! - WGPU (and Burn's other CubeCL runtimes): one CubeCL kernel that computes each score's bias
-//!   from its head's slope and the distance, so no bias or score tensor is written (`cube.rs`);
-//! - LibTorch: torch's `scaled_dot_product_attention`, with the bias built in torch as its
-//!   additive float mask (`torch.rs`).
+//! Burn's `module::attention` hands a call with a bias to its fallback on WGPU: scores, bias and
+//! softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time of the call
+//! without a bias. The kernel computes each score's bias from its head's slope and the distance,
+//! so no bias or score tensor is written (`cube.rs`). LibTorch has a kernel that takes a bias
+//! itself, torch's SDPA ([`biased_sdpa`](crate::biased_sdpa)).
 //!
-//! Only for tensors without autodiff: neither has a backward here. Everything else takes
+//! Only for tensors without autodiff: the kernel has no backward here. Everything else takes
 //! [`module::attention`](burn::tensor::module::attention) with the bias from
-//! [`positional::Alibi::bias`], which is also what the tests hold these to.
-
-// Burn 0.22 deprecates its LibTorch backend in favour of CubeCL; users still run it.
-#![allow(deprecated)]
+//! [`positional::Alibi::bias`], which is also what the tests hold the kernel to.
 
 #[cfg(feature = "wgpu")]
 mod cube;
-#[cfg(feature = "tch")]
-mod torch;
 
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
-/// Attention with ALiBi, where a backend has a faster form than Burn's fallback.
-#[backend_extension(
-    Cube: cfg(feature = "wgpu"),
-    Fusion: cfg(feature = "wgpu"),
-    LibTorch: cfg(feature = "tch"),
-)]
+/// Attention with ALiBi, computing the bias itself.
+#[backend_extension(Cube: cfg(feature = "wgpu"), Fusion: cfg(feature = "wgpu"))]
 pub trait AlibiAttentionBackend: burn::backend::Backend {
     /// `softmax(q k^T * scale + bias + causal) v` with `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`,
     /// the bias of [`positional::Alibi::bias`]: queries are the last `q_len` of the `k_len` key
@@ -82,15 +72,13 @@ pub(crate) fn alibi_attention(
     )
 }
 
-// Devices under autodiff are not listed: there is no backward here.
+// Devices under autodiff are not listed: the kernel has no backward here.
 #[allow(unused_variables)]
 fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
     match device {
         // The kernel is written for f32.
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(_) => dtype == DType::F32,
-        #[cfg(feature = "tch")]
-        DispatchDevice::LibTorch(_) => true,
         #[allow(unreachable_patterns)]
         _ => false,
     }
@@ -100,8 +88,8 @@ fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
 mod tests {
     use burn::tensor::activation::softmax;
     use burn::tensor::{Device, Distribution, Int};
-    use positional::AlibiConfig;
     use positional::testing::{assert_close, floats};
+    use positional::{Alibi, AlibiConfig};
 
     use super::*;
 
@@ -131,11 +119,14 @@ mod tests {
         softmax(scores, 3).matmul(v)
     }
 
-    /// The kernel against the reference: a head size the kernel unrolls (64) and one it does not
-    /// divide evenly into vectors (6), queries that are all of the keys or their last few (a
-    /// chunk after a cache), with and without a causal mask, on `[batch, seq, heads, head_dim]`
-    /// data read through swapped axes as the module hands it over.
-    fn kernel_equals_the_reference(device: &Device) {
+    /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the kernel
+    /// unrolls (64) and one it does not divide evenly into vectors (6), queries that are all of
+    /// the keys or their last few (a chunk after a cache), with and without a causal mask, on
+    /// `[batch, seq, heads, head_dim]` data read through swapped axes as the module hands it over.
+    fn equals_the_reference(
+        device: &Device,
+        attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
+    ) {
         for head_dim in [64, 6] {
             for (q_len, k_len) in [(37, 37), (5, 40), (1, 9)] {
                 for causal in [false, true] {
@@ -149,7 +140,6 @@ mod tests {
                         .swap_dims(1, 2)
                     };
                     let (q, k, v) = (random(q_len), random(k_len), random(k_len));
-                    assert!(available(&q), "no ALiBi kernel on {device:?}");
                     let alibi = AlibiConfig::new(heads).init(device);
                     let scale = (head_dim as f64).sqrt().recip();
                     let want = reference(
@@ -160,7 +150,7 @@ mod tests {
                         scale,
                         causal,
                     );
-                    let got = alibi_attention(q, k, v, alibi.slopes(), scale, causal);
+                    let got = attend(q, k, v, &alibi, scale, causal);
                     assert_close(&got.into_data(), &floats(&want.into_data()), 2e-6);
                 }
             }
@@ -170,13 +160,28 @@ mod tests {
     #[cfg(feature = "wgpu")]
     #[test]
     fn wgpu_kernel_equals_the_reference() {
-        kernel_equals_the_reference(&positional::testing::device("wgpu"));
+        equals_the_reference(
+            &positional::testing::device("wgpu"),
+            |q, k, v, alibi, scale, causal| {
+                assert!(available(&q), "no ALiBi kernel on WGPU");
+                alibi_attention(q, k, v, alibi.slopes(), scale, causal)
+            },
+        );
     }
 
+    /// LibTorch's path for ALiBi, torch's SDPA with the bias as its float mask.
     #[cfg(feature = "tch")]
     #[test]
     fn torch_sdpa_equals_the_reference() {
-        kernel_equals_the_reference(&positional::testing::device("tch"));
+        equals_the_reference(
+            &positional::testing::device("tch"),
+            |q, k, v, alibi, scale, causal| {
+                assert!(crate::biased_sdpa::available(&q), "no SDPA on LibTorch");
+                let [_, _, q_len, _] = q.dims();
+                let bias = alibi.bias(q_len, k.dims()[2]).unsqueeze::<4>();
+                crate::biased_sdpa::biased_attention(q, k, v, bias, scale, causal)
+            },
+        );
     }
 
     /// Under autodiff the module needs a backward, which neither kernel has here.
@@ -185,6 +190,7 @@ mod tests {
         for (name, device) in positional::testing::devices() {
             let q = Tensor::<4>::zeros([1, 1, 1, 8], &device).autodiff();
             assert!(!available(&q), "{name}");
+            assert!(!crate::biased_sdpa::available(&q), "{name}");
         }
     }
 }

@@ -36,6 +36,7 @@
 
 mod alibi_attention;
 mod attention;
+mod biased_sdpa;
 mod cache;
 mod config;
 pub mod error;

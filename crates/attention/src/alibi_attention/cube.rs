@@ -57,6 +57,8 @@ fn alibi_attention_kernel(
 
     let mut query = Array::<f32>::new(queries * head_dim);
     let mut weighted = Array::<f32>::new(queries * head_dim);
+    // Each query's position twice, for the causal test and as a float for the distance, so that
+    // the key loop converts only `j`.
     let mut position = Array::<f32>::new(queries);
     let mut visible_to = Array::<usize>::new(queries);
     let mut max = Array::<f32>::new(queries);
