@@ -20,7 +20,7 @@ use burn::backend::LibTorch;
 use burn::backend::libtorch::TchTensor;
 use tch::{Device, Kind, Tensor};
 
-use super::cpu::{RowOrder, RowView, Tables, rotate_into};
+use super::cpu::{RowOrder, RowView, Tables, rotate_in_place, rotate_into};
 use crate::rope::fused::RotaryBackend;
 
 impl RotaryBackend for LibTorch {
@@ -32,19 +32,97 @@ impl RotaryBackend for LibTorch {
         interleaved: bool,
         inverse: bool,
     ) -> TchTensor {
-        let (x, cos, sin) = (x.tensor, cos.tensor, sin.tensor);
-        let on_cpu = [&x, &cos, &sin]
+        let on_cpu = [&x.tensor, &cos.tensor, &sin.tensor]
             .iter()
             .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float);
-        TchTensor::new(if on_cpu && x.numel() > 0 {
-            rotate_on_cpu(&x, &cos, &sin, table_offset, interleaved, inverse)
-        } else {
-            rotate_with_torch_ops(&x, &cos, &sin, table_offset, interleaved, inverse)
-        })
+        let (cos, sin) = (cos.tensor, sin.tensor);
+        if !on_cpu || x.tensor.numel() == 0 {
+            return TchTensor::new(rotate_with_torch_ops(
+                &x.tensor,
+                &cos,
+                &sin,
+                table_offset,
+                interleaved,
+                inverse,
+            ));
+        }
+        let (cos, sin) = (cos.contiguous(), sin.contiguous());
+        if x.can_mut()
+            && rotate_on_cpu_in_place(&x.tensor, &cos, &sin, table_offset, interleaved, inverse)
+        {
+            return x;
+        }
+        TchTensor::new(rotate_on_cpu(
+            &x.tensor,
+            &cos,
+            &sin,
+            table_offset,
+            interleaved,
+            inverse,
+        ))
     }
 }
 
-/// The CPU loop over torch's buffers. `x` is non-empty; all three are f32 CPU tensors.
+fn sizes(t: &Tensor) -> Vec<usize> {
+    t.size().iter().map(|&n| n as usize).collect()
+}
+
+fn strides(t: &Tensor) -> Vec<isize> {
+    t.stride().iter().map(|&n| n as isize).collect()
+}
+
+/// The CPU tables as the loop reads them. `cos` and `sin` are contiguous f32 CPU tensors.
+fn tables<'a>(cos: &'a Tensor, sin: &'a Tensor, table_offset: usize) -> Tables<'a> {
+    let shape: [usize; 3] = sizes(cos).try_into().expect("rank-3 tables");
+    let len = shape.iter().product();
+    // SAFETY: `cos` and `sin` are contiguous f32 CPU tensors of `len` values, alive, and not
+    // written by anything else, for as long as the borrows they are read through.
+    #[allow(unsafe_code)]
+    let (cos_values, sin_values) = unsafe {
+        (
+            std::slice::from_raw_parts(cos.data_ptr() as *const f32, len),
+            std::slice::from_raw_parts(sin.data_ptr() as *const f32, len),
+        )
+    };
+    Tables {
+        cos: cos_values,
+        sin: sin_values,
+        shape,
+        offset: table_offset,
+    }
+}
+
+/// The CPU loop rotating `x`'s rows where they are, when its rows fill its memory with no gap.
+/// `x` is a non-empty f32 CPU tensor that nothing else holds (`TchTensor::can_mut`); `cos`
+/// and `sin` are contiguous f32 CPU tensors.
+fn rotate_on_cpu_in_place(
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    table_offset: usize,
+    interleaved: bool,
+    inverse: bool,
+) -> bool {
+    let Some(view) = RowView::new(&sizes(x), &strides(x), 0).filter(RowView::is_dense) else {
+        return false;
+    };
+    let elements = view.shape.iter().product();
+    // SAFETY: `x` is an f32 CPU tensor that nothing else reads or writes during this call
+    // (`can_mut`: its storage is held by this handle alone), and its rows fill the `elements`
+    // values from its first element (`is_dense`).
+    #[allow(unsafe_code)]
+    let values = unsafe { std::slice::from_raw_parts_mut(x.data_ptr() as *mut f32, elements) };
+    rotate_in_place(
+        values,
+        view,
+        tables(cos, sin, table_offset),
+        interleaved,
+        inverse,
+    )
+}
+
+/// The CPU loop over torch's buffers into a new tensor. `x` is non-empty and f32 on the CPU;
+/// `cos` and `sin` are contiguous f32 CPU tensors.
 fn rotate_on_cpu(
     x: &Tensor,
     cos: &Tensor,
@@ -53,8 +131,6 @@ fn rotate_on_cpu(
     interleaved: bool,
     inverse: bool,
 ) -> Tensor {
-    let sizes = |t: &Tensor| -> Vec<usize> { t.size().iter().map(|&n| n as usize).collect() };
-    let strides = |t: &Tensor| -> Vec<isize> { t.stride().iter().map(|&n| n as isize).collect() };
     let (x, view) = match RowView::new(&sizes(x), &strides(x), 0) {
         Some(view) => (x.shallow_clone(), view),
         None => {
@@ -64,8 +140,6 @@ fn rotate_on_cpu(
             (x, view)
         }
     };
-    let (cos, sin) = (cos.contiguous(), sin.contiguous());
-    let table_shape: [usize; 3] = sizes(&cos).try_into().expect("rank-3 tables");
     // Torch's strides are never negative, so `x`'s elements lie between its first element and
     // the last feature of the row at the largest index along every row axis.
     let [.., head_dim] = view.shape;
@@ -73,33 +147,30 @@ fn rotate_on_cpu(
         + (0..3)
             .map(|axis| (view.shape[axis] - 1) * view.strides[axis])
             .sum::<usize>();
-    let table_len = table_shape.iter().product();
     let elements = view.shape.iter().product::<usize>();
     let order = RowOrder::of(&view);
     let stored_shape = order.stored_shape.map(|n| n as i64);
     let output = Tensor::empty(stored_shape, (Kind::Float, Device::Cpu));
-    // SAFETY: each tensor is an f32 CPU tensor (checked by the caller), alive and not written by
-    // anything else for the length of this call, and its data pointer is its first element:
+    // SAFETY: both are f32 CPU tensors, alive and not written by anything else for the length
+    // of this call, and each data pointer is its first element:
     // - `x` is non-empty, and every element of it is within `span` values of its first (above);
-    // - `cos` and `sin` are contiguous, `table_len` values each;
     // - `output` was just allocated, contiguous, with `elements` values; it is viewed as
     //   unfilled, and `rotate_into` writes every one of them.
     #[allow(unsafe_code)]
-    let (x_values, cos_values, sin_values, out) = unsafe {
+    let (x_values, out) = unsafe {
         (
             std::slice::from_raw_parts(x.data_ptr() as *const f32, span),
-            std::slice::from_raw_parts(cos.data_ptr() as *const f32, table_len),
-            std::slice::from_raw_parts(sin.data_ptr() as *const f32, table_len),
             std::slice::from_raw_parts_mut(output.data_ptr() as *mut MaybeUninit<f32>, elements),
         )
     };
-    let tables = Tables {
-        cos: cos_values,
-        sin: sin_values,
-        shape: table_shape,
-        offset: table_offset,
-    };
-    rotate_into(x_values, view, tables, interleaved, inverse, out);
+    rotate_into(
+        x_values,
+        view,
+        tables(cos, sin, table_offset),
+        interleaved,
+        inverse,
+        out,
+    );
     output.permute(order.to_logical.map(|axis| axis as i64))
 }
 
