@@ -1,8 +1,9 @@
 //! RoPE on `[batch, heads, seq, head_dim]`: ours (both layouts, forward and forward + backward,
 //! data stored `[batch, seq, heads, head_dim]` and read through `swap_dims`), our tensor-op
 //! reference (forward, and forward + backward through Burn's autodiff of it), Burn's
-//! `burn::nn::RotaryEncoding` (interleaved, the layout it has) and a copy of the same tensor
-//! (`x.clone().mul_scalar(1.0)`, the memory floor), side by side per backend and shape.
+//! `burn::nn::RotaryEncoding` (interleaved, the layout it has), a copy of the same tensor
+//! (`x.clone().mul_scalar(1.0)`, the memory floor) and the ones Burn's `backward()` seeds the
+//! backward pass with (part of every forward + backward), side by side per backend and shape.
 //!
 //! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
 //! counted; the output is dropped outside it. `cargo xtask bench` prints the ratios.
@@ -33,6 +34,9 @@ enum Variant {
     OursHalfSeqMajor,
     TensorOpsHalf,
     TensorOpsHalfForwardBackward,
+    /// What `backward()` does before any op's backward runs: fill a tensor of the output's shape
+    /// with ones, on the inner backend.
+    BackwardSeed,
     Burn,
 }
 
@@ -97,6 +101,7 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
                 let gradients = rotated.backward();
                 input.grad(&gradients).unwrap()
             }
+            Variant::BackwardSeed => Tensor::ones([batch, heads, seq, head_dim], &device),
             Variant::Burn => theirs
                 .as_ref()
                 .expect("built for this variant")
@@ -145,6 +150,11 @@ macro_rules! rope {
             #[divan::bench(args = NAMES, sample_count = 15)]
             fn tensor_ops_half_forward_backward(bencher: Bencher, shape: &str) {
                 run(bencher, $feature, shape, Variant::TensorOpsHalfForwardBackward);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn backward_seed(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::BackwardSeed);
             }
 
             #[divan::bench(args = NAMES, sample_count = 15)]

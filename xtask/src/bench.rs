@@ -20,6 +20,9 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
         sh.push_env("MALLOC_MMAP_THRESHOLD_", "1073741824"),
         sh.push_env("MALLOC_TRIM_THRESHOLD_", "4294967296"),
     ];
+    // LibTorch's OpenMP threads otherwise spin for a while after each torch op, on the cores
+    // where our CPU kernels' rayon threads then run (see the README).
+    let _omp = sh.push_env("OMP_WAIT_POLICY", "passive");
     let features = features();
     // The whole workspace is selected so that the feature set (and so the build) is the one
     // `test-backends` uses; `--bench *` keeps it to the benchmark targets.
@@ -144,6 +147,12 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
                 "rope forward+backward / forward",
                 key.clone(),
                 "ours_half_forward_backward",
+                "ours_half",
+            );
+            ratio(
+                "burn's backward seed / forward",
+                key.clone(),
+                "backward_seed",
                 "ours_half",
             );
             ratio(

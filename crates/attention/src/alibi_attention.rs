@@ -1,17 +1,26 @@
 //! Attention with ALiBi (Press et al., "Train Short, Test Long: Attention with Linear Biases
-//! Enables Input Length Extrapolation", ICLR 2022) as one CubeCL kernel on WGPU (and Burn's
-//! other CubeCL runtimes), without Burn's unfused fallback.
+//! Enables Input Length Extrapolation", ICLR 2022) without Burn's unfused fallback: one CubeCL
+//! kernel on WGPU (and Burn's other CubeCL runtimes), and on ndarray ndarray's two matrix
+//! products with one pass over the scores between them.
 //!
 //! Burn's `module::attention` hands a call with a bias to its fallback on WGPU: scores, bias and
 //! softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time of the call
 //! without a bias. The kernel computes each score's bias from its head's slope and the distance,
-//! so no bias or score tensor is written (`cube.rs`). LibTorch has a kernel that takes a bias
+//! so no bias or score tensor is written (`cube.rs`). On ndarray, where `module::attention` is
+//! that fallback with or without a bias, the scores are written once and turned into weights in
+//! place, bias included (`cpu.rs`); with every slope 0 that is plain attention, which the module
+//! runs there too ([`replaces_plain_attention`]). LibTorch has a kernel that takes a bias
 //! itself, torch's SDPA ([`biased_sdpa`](crate::biased_sdpa)).
 //!
-//! Only for tensors without autodiff: the kernel has no backward here. Everything else takes
+//! Only for tensors without autodiff: the kernels have no backward here. Everything else takes
 //! [`module::attention`](burn::tensor::module::attention) with the bias from
-//! [`positional::Alibi::bias`], which is also what the tests hold the kernel to.
+//! [`positional::Alibi::bias`], which is also what the tests hold the kernels to.
 
+// Burn 0.22 deprecates its ndarray backend in favour of flex; users still run it.
+#![allow(deprecated)]
+
+#[cfg(feature = "ndarray")]
+mod cpu;
 #[cfg(feature = "wgpu")]
 mod cube;
 
@@ -19,7 +28,11 @@ use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
 /// Attention with ALiBi, computing the bias itself.
-#[backend_extension(Cube: cfg(feature = "wgpu"), Fusion: cfg(feature = "wgpu"))]
+#[backend_extension(
+    NdArray: cfg(feature = "ndarray"),
+    Cube: cfg(feature = "wgpu"),
+    Fusion: cfg(feature = "wgpu"),
+)]
 pub trait AlibiAttentionBackend: burn::backend::Backend {
     /// `softmax(q k^T * scale + bias + causal) v` with `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`,
     /// the bias of [`positional::Alibi::bias`]: queries are the last `q_len` of the `k_len` key
@@ -72,11 +85,26 @@ pub(crate) fn alibi_attention(
     )
 }
 
+/// Whether [`alibi_attention`] with every slope 0 also stands in for attention without a bias on
+/// `q`'s device: where Burn's `module::attention` is its unfused fallback (ndarray) and the
+/// kernel's single pass between the two products is faster. Elsewhere Burn's own fused kernel
+/// (flash attention, torch's SDPA) is the one to use.
+pub(crate) fn replaces_plain_attention(q: &Tensor<4>) -> bool {
+    match q.device().as_dispatch() {
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => available(q),
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
 // Devices under autodiff are not listed: the kernel has no backward here.
 #[allow(unused_variables)]
 fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
     match device {
-        // The kernel is written for f32.
+        // The kernels are written for f32.
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => dtype == DType::F32,
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(_) => dtype == DType::F32,
         #[allow(unreachable_patterns)]
@@ -121,14 +149,15 @@ mod tests {
 
     /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the kernel
     /// unrolls (64) and one it does not divide evenly into vectors (6), queries that are all of
-    /// the keys or their last few (a chunk after a cache), with and without a causal mask, on
+    /// the keys or their last few (a chunk after a cache), scores few enough for one CPU thread
+    /// and enough to be split across threads (200 x 300), with and without a causal mask, on
     /// `[batch, seq, heads, head_dim]` data read through swapped axes as the module hands it over.
     fn equals_the_reference(
         device: &Device,
         attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
     ) {
         for head_dim in [64, 6] {
-            for (q_len, k_len) in [(37, 37), (5, 40), (1, 9)] {
+            for (q_len, k_len) in [(37, 37), (5, 40), (1, 9), (200, 300)] {
                 for causal in [false, true] {
                     let heads = 3;
                     let random = |len| {
@@ -157,16 +186,26 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "wgpu")]
-    #[test]
-    fn wgpu_kernel_equals_the_reference() {
+    fn kernel_equals_the_reference(backend: &str) {
         equals_the_reference(
-            &positional::testing::device("wgpu"),
+            &positional::testing::device(backend),
             |q, k, v, alibi, scale, causal| {
-                assert!(available(&q), "no ALiBi kernel on WGPU");
+                assert!(available(&q), "no ALiBi kernel on {backend}");
                 alibi_attention(q, k, v, alibi.slopes(), scale, causal)
             },
         );
+    }
+
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn wgpu_kernel_equals_the_reference() {
+        kernel_equals_the_reference("wgpu");
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn ndarray_kernel_equals_the_reference() {
+        kernel_equals_the_reference("ndarray");
     }
 
     /// LibTorch's path for ALiBi, torch's SDPA with the bias as its float mask.

@@ -179,7 +179,7 @@ impl MultiHeadAttention {
         if self.config.causal
             && q_len == k_len
             && q_len > CAUSAL_BLOCK
-            && causal_blocks(q.device().as_dispatch()).is_some()
+            && takes_causal_blocks(q.device().as_dispatch())
         {
             return self.causal_in_blocks(q, k, v, key_padding);
         }
@@ -198,7 +198,7 @@ impl MultiHeadAttention {
     /// Causal attention over a whole sequence, `CAUSAL_BLOCK` queries at a time, each block
     /// against only the keys it can see: about half the products and softmax work of scoring
     /// every query against every key and masking afterwards, which is what Burn's
-    /// `module::attention` does on the backends [`causal_blocks`] names. Each block goes through
+    /// `module::attention` does on the backends [`takes_causal_blocks`] names. Each block goes through
     /// Burn's kernel where it aligns a causal mask as a block needs and nothing else rules it out
     /// (as in [`attention`](Self::attention)), the explicit path otherwise. Rows of a softmax are
     /// independent, so the blocks compute the same numbers as one pass.
@@ -213,9 +213,9 @@ impl MultiHeadAttention {
         let len = q.dims()[2];
         // Devices that do not take blocks themselves (tests call this on every backend) run
         // them through the explicit path.
-        let kernel = causal_blocks(q.device().as_dispatch()).unwrap_or(BlockKernel::Explicit);
-        let fused =
-            kernel == BlockKernel::Fused && key_padding.is_none() && !self.training_dropout(&q);
+        let fused = takes_causal_blocks(q.device().as_dispatch())
+            && key_padding.is_none()
+            && !self.training_dropout(&q);
         let blocks = (0..len)
             .step_by(CAUSAL_BLOCK)
             .map(|start| {
@@ -250,8 +250,9 @@ impl MultiHeadAttention {
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
-    /// with ALiBi our kernel on WGPU ([`alibi_attention`]) and torch's SDPA with the bias as its
-    /// float mask on LibTorch ([`biased_sdpa`]), instead of Burn's unfused fallback.
+    /// instead of Burn's unfused fallback: with ALiBi our kernels on WGPU and ndarray
+    /// ([`alibi_attention`]) and torch's SDPA with the bias as its float mask on LibTorch
+    /// ([`biased_sdpa`]); without a bias on ndarray the same kernel with every slope 0.
     /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
@@ -269,6 +270,18 @@ impl MultiHeadAttention {
                     k,
                     v,
                     alibi.slopes(),
+                    self.score_scale(),
+                    is_causal,
+                ));
+            }
+            None if alibi_attention::replaces_plain_attention(&q) => {
+                // With every slope 0 each bias is -0, which adds nothing to a score.
+                let slopes = Tensor::zeros([heads], &q.device());
+                return Ok(alibi_attention::alibi_attention(
+                    q,
+                    k,
+                    v,
+                    slopes,
                     self.score_scale(),
                     is_causal,
                 ));
@@ -433,32 +446,22 @@ fn visibility_mask(
 /// doing 56% of the full pass's work, each large enough for matrix products to run at speed.
 const CAUSAL_BLOCK: usize = 256;
 
-/// How the blocks of [`MultiHeadAttention::causal_in_blocks`] run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BlockKernel {
-    /// Burn's `module::attention`, whose causal mask is aligned bottom-right (query `i` of
-    /// `q_len` sees keys up to `k_len - q_len + i`), as a block of queries against the keys up
-    /// to its last one needs.
-    Fused,
-    /// The explicit path.
-    Explicit,
-}
-
-/// On the devices where Burn's `module::attention` scores every query against every key and
-/// masks afterwards, so that [`MultiHeadAttention::causal_in_blocks`] saves work, how its blocks
-/// run; `None` on the others, whose kernels skip masked blocks themselves.
-/// - ndarray: `module::attention` is Burn's fallback, the explicit products and softmax.
+/// Whether Burn's `module::attention` scores every query against every key on `device` and masks
+/// afterwards, so that [`MultiHeadAttention::causal_in_blocks`] saves work there; the other
+/// backends' kernels skip masked blocks themselves.
+/// - ndarray: `module::attention` is Burn's fallback, the explicit products and softmax (our
+///   ALiBi kernel there computes every score of a block too).
 /// - flex: its flash and score-matrix kernels apply the causal mask to every score they compute
 ///   (burn-flex 0.22.1, `ops/attention.rs`), bottom-right aligned.
-fn causal_blocks(device: &DispatchDevice) -> Option<BlockKernel> {
+fn takes_causal_blocks(device: &DispatchDevice) -> bool {
     match device {
         #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => Some(BlockKernel::Explicit),
+        DispatchDevice::NdArray(_) => true,
         #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => Some(BlockKernel::Fused),
-        DispatchDevice::Autodiff(inner) => causal_blocks(&inner.clone().inner()),
+        DispatchDevice::Flex(_) => true,
+        DispatchDevice::Autodiff(inner) => takes_causal_blocks(&inner.clone().inner()),
         #[allow(unreachable_patterns)]
-        _ => None,
+        _ => false,
     }
 }
 
