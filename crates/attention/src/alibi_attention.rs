@@ -180,7 +180,12 @@ mod tests {
                         causal,
                     );
                     let got = attend(q, k, v, &alibi, scale, causal);
-                    assert_close(&got.into_data(), &floats(&want.into_data()), 2e-6);
+                    // Each key adds its roundings to an online softmax's running sums (the
+                    // WGPU kernel), in another order than the two-pass reference's, so the two
+                    // drift apart like the square root of the keys: up to 8e-7 at 40 keys and
+                    // 1.2e-6 to 2.7e-6 at 300 in runs here (the CPU kernels: under 1e-6).
+                    let tolerance = 2e-6 * (k_len as f32 / 40.0).sqrt().max(1.0);
+                    assert_close(&got.into_data(), &floats(&want.into_data()), tolerance);
                 }
             }
         }
