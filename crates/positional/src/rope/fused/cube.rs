@@ -79,6 +79,11 @@ fn rotate_kernel(
 /// never straddles two vectors): one thread per vector, its pairs swapped lane by lane. Either
 /// way one thread per `N` pass-through features. `rotating` is the number of vectors a rotating
 /// thread covers (`half / N`, or `rotary_dim / N`); indices are in vectors, strides in floats.
+///
+/// Each thread does this for `heads_per_thread` heads at the same position and features, which
+/// share their angles: the cos/sin vectors are loaded once for all of them. On lavapipe a
+/// thread is a SIMD lane and each of its loads a gather, so the table's loads cost as much as
+/// `x`'s; with one head per thread they were half of all loads.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn rotate_vectorized<N: Size>(
@@ -88,10 +93,11 @@ fn rotate_vectorized<N: Size>(
     output: &mut Tensor<Vector<f32, N>>,
     units_per_row: FastDivmod<usize>,
     seq: FastDivmod<usize>,
-    heads: FastDivmod<usize>,
+    head_groups: FastDivmod<usize>,
     units: usize,
     rotating: usize,
     table_offset: usize,
+    #[comptime] heads_per_thread: usize,
     #[comptime] interleaved: bool,
     #[comptime] inverse: bool,
 ) {
@@ -99,11 +105,9 @@ fn rotate_vectorized<N: Size>(
         terminate!();
     }
     let width = x.vector_size();
-    let (row, unit) = units_per_row.div_mod(ABSOLUTE_POS);
-    let (batch_head, s) = seq.div_mod(row);
-    let (b, h) = heads.div_mod(batch_head);
-    let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
-    let out_base = row * output.stride(2) / width;
+    let (row_group, unit) = units_per_row.div_mod(ABSOLUTE_POS);
+    let (batch_group, s) = seq.div_mod(row_group);
+    let (b, head_group) = head_groups.div_mod(batch_group);
     let angle_row = select(cos.shape(0) == 1, 0, b);
     let position = table_offset + s;
     let angles = (angle_row * cos.stride(0) + position * cos.stride(1)) / width + unit;
@@ -112,34 +116,58 @@ fn rotate_vectorized<N: Size>(
         // Pass-through features come after the rotating ones: `2 rotating` vectors of the half
         // layout's pairs, `rotating` vectors of interleaved pairs.
         let feature = if interleaved { unit } else { unit + rotating };
-        output[out_base + feature] = x[base + feature];
+        #[unroll]
+        for g in 0..heads_per_thread {
+            let h = head_group * heads_per_thread + g;
+            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
+            let out_base =
+                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+            output[out_base + feature] = x[base + feature];
+        }
     } else if interleaved {
         // The tables hold `c, c` and `-s, +s` per pair: `x * cos + swapped * sin` rotates.
-        let features = x[base + unit];
-        let mut swapped = Vector::<f32, N>::empty();
-        #[unroll]
-        for lane in 0..width {
-            swapped.insert(lane, features.extract(comptime!(lane ^ 1)));
-        }
         let (c, signed_s) = (cos[angles], sin[signs]);
-        if inverse {
-            output[out_base + unit] = features * c - swapped * signed_s;
-        } else {
-            output[out_base + unit] = features * c + swapped * signed_s;
+        #[unroll]
+        for g in 0..heads_per_thread {
+            let h = head_group * heads_per_thread + g;
+            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
+            let out_base =
+                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+            let features = x[base + unit];
+            let mut swapped = Vector::<f32, N>::empty();
+            #[unroll]
+            for lane in 0..width {
+                swapped.insert(lane, features.extract(comptime!(lane ^ 1)));
+            }
+            if inverse {
+                output[out_base + unit] = features * c - swapped * signed_s;
+            } else {
+                output[out_base + unit] = features * c + swapped * signed_s;
+            }
         }
     } else {
         // The first features' entries are enough, as in `rotate_kernel`.
-        let (a, other) = (x[base + unit], x[base + unit + rotating]);
         let (c, minus_s) = (cos[angles], sin[signs]);
-        if inverse {
-            output[out_base + unit] = a * c - other * minus_s;
-            output[out_base + unit + rotating] = other * c + a * minus_s;
-        } else {
-            output[out_base + unit] = a * c + other * minus_s;
-            output[out_base + unit + rotating] = other * c - a * minus_s;
+        #[unroll]
+        for g in 0..heads_per_thread {
+            let h = head_group * heads_per_thread + g;
+            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
+            let out_base =
+                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+            let (a, other) = (x[base + unit], x[base + unit + rotating]);
+            if inverse {
+                output[out_base + unit] = a * c - other * minus_s;
+                output[out_base + unit + rotating] = other * c + a * minus_s;
+            } else {
+                output[out_base + unit] = a * c + other * minus_s;
+                output[out_base + unit + rotating] = other * c - a * minus_s;
+            }
         }
     }
 }
+
+/// Heads per thread of [`rotate_vectorized()`]: the most of these that divides the heads.
+const HEADS_PER_THREAD: [usize; 3] = [4, 2, 1];
 
 /// The widest vector the rows can be read in: it divides each of `widths`, the features of `x`,
 /// `cos` and `sin` are adjacent, and every other stride is a multiple of it (1 when nothing wider
@@ -190,10 +218,14 @@ impl RotaryBackend for CubeBackend {
         } else {
             half + passing
         };
-        let units = batch * heads * seq * units_per_row;
-        let cube_dim = CubeDim::new(&client, units);
-        let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
         if width > 1 {
+            let heads_per_thread = HEADS_PER_THREAD
+                .into_iter()
+                .find(|&g| heads.is_multiple_of(g))
+                .expect("1 divides every count");
+            let units = batch * heads / heads_per_thread * seq * units_per_row;
+            let cube_dim = CubeDim::new(&client, units);
+            let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
             rotate_vectorized::launch(
                 &client,
                 cube_count,
@@ -205,14 +237,18 @@ impl RotaryBackend for CubeBackend {
                 output.clone().into_tensor_arg(),
                 units_per_row,
                 seq,
-                heads,
+                heads / heads_per_thread,
                 units,
                 rotating_features / width,
                 table_offset,
+                heads_per_thread,
                 interleaved,
                 inverse,
             );
         } else {
+            let units = batch * heads * seq * units_per_row;
+            let cube_dim = CubeDim::new(&client, units);
+            let cube_count = calculate_cube_count_elemwise(&client, units, cube_dim);
             rotate_kernel::launch(
                 &client,
                 cube_count,
