@@ -108,31 +108,26 @@ fn rotate_vectorized<N: Size>(
     let (row_group, unit) = units_per_row.div_mod(ABSOLUTE_POS);
     let (batch_group, s) = seq.div_mod(row_group);
     let (b, head_group) = head_groups.div_mod(batch_group);
+    let rotates = unit < rotating;
+    // A pass-through thread reads the row's first vector of each table instead, and uses neither:
+    // past the rotating ones its index would leave the row.
     let angle_row = select(cos.shape(0) == 1, 0, b);
     let position = table_offset + s;
-    let angles = (angle_row * cos.stride(0) + position * cos.stride(1)) / width + unit;
-    let signs = (angle_row * sin.stride(0) + position * sin.stride(1)) / width + unit;
-    if unit >= rotating {
-        // Pass-through features come after the rotating ones: `2 rotating` vectors of the half
-        // layout's pairs, `rotating` vectors of interleaved pairs.
-        let feature = if interleaved { unit } else { unit + rotating };
-        #[unroll]
-        for g in 0..heads_per_thread {
-            let h = head_group * heads_per_thread + g;
-            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
-            let out_base =
-                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+    let unit_angle = select(rotates, unit, 0);
+    let c = cos[(angle_row * cos.stride(0) + position * cos.stride(1)) / width + unit_angle];
+    let signed_s = sin[(angle_row * sin.stride(0) + position * sin.stride(1)) / width + unit_angle];
+    #[unroll]
+    for g in 0..heads_per_thread {
+        let h = head_group * heads_per_thread + g;
+        let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
+        let out_base = (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+        if !rotates {
+            // Pass-through features come after the rotating ones: `2 rotating` vectors of the
+            // half layout's pairs, `rotating` vectors of interleaved pairs.
+            let feature = if interleaved { unit } else { unit + rotating };
             output[out_base + feature] = x[base + feature];
-        }
-    } else if interleaved {
-        // The tables hold `c, c` and `-s, +s` per pair: `x * cos + swapped * sin` rotates.
-        let (c, signed_s) = (cos[angles], sin[signs]);
-        #[unroll]
-        for g in 0..heads_per_thread {
-            let h = head_group * heads_per_thread + g;
-            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
-            let out_base =
-                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+        } else if interleaved {
+            // The tables hold `c, c` and `-s, +s` per pair: `x * cos + swapped * sin` rotates.
             let features = x[base + unit];
             let mut swapped = Vector::<f32, N>::empty();
             #[unroll]
@@ -144,23 +139,15 @@ fn rotate_vectorized<N: Size>(
             } else {
                 output[out_base + unit] = features * c + swapped * signed_s;
             }
-        }
-    } else {
-        // The first features' entries are enough, as in `rotate_kernel`.
-        let (c, minus_s) = (cos[angles], sin[signs]);
-        #[unroll]
-        for g in 0..heads_per_thread {
-            let h = head_group * heads_per_thread + g;
-            let base = (b * x.stride(0) + h * x.stride(1) + s * x.stride(2)) / width;
-            let out_base =
-                (b * output.stride(0) + h * output.stride(1) + s * output.stride(2)) / width;
+        } else {
+            // The first features' entries are enough, as in `rotate_kernel`: `signed_s` is `-s`.
             let (a, other) = (x[base + unit], x[base + unit + rotating]);
             if inverse {
-                output[out_base + unit] = a * c - other * minus_s;
-                output[out_base + unit + rotating] = other * c + a * minus_s;
+                output[out_base + unit] = a * c - other * signed_s;
+                output[out_base + unit + rotating] = other * c + a * signed_s;
             } else {
-                output[out_base + unit] = a * c + other * minus_s;
-                output[out_base + unit + rotating] = other * c - a * minus_s;
+                output[out_base + unit] = a * c + other * signed_s;
+                output[out_base + unit + rotating] = other * c - a * signed_s;
             }
         }
     }
