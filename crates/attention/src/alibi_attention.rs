@@ -228,7 +228,18 @@ mod tests {
         );
     }
 
-    /// Under autodiff the module needs a backward, which neither kernel has here.
+    /// Attention without a bias takes the kernel only where Burn's own is its unfused fallback
+    /// (ndarray), and never under autodiff.
+    #[test]
+    fn plain_attention_takes_the_kernel_on_ndarray_only() {
+        for (name, device) in positional::testing::devices() {
+            let q = Tensor::<4>::zeros([1, 1, 1, 8], &device);
+            assert!(!replaces_plain_attention(&q.clone().autodiff()), "{name}");
+            assert_eq!(replaces_plain_attention(&q), name == "ndarray", "{name}");
+        }
+    }
+
+    /// Under autodiff the module needs a backward, which none of these kernels has here.
     #[test]
     fn no_kernel_under_autodiff() {
         for (name, device) in positional::testing::devices() {

@@ -198,10 +198,11 @@ impl MultiHeadAttention {
     /// Causal attention over a whole sequence, `CAUSAL_BLOCK` queries at a time, each block
     /// against only the keys it can see: about half the products and softmax work of scoring
     /// every query against every key and masking afterwards, which is what Burn's
-    /// `module::attention` does on the backends [`takes_causal_blocks`] names. Each block goes through
-    /// Burn's kernel where it aligns a causal mask as a block needs and nothing else rules it out
-    /// (as in [`attention`](Self::attention)), the explicit path otherwise. Rows of a softmax are
-    /// independent, so the blocks compute the same numbers as one pass.
+    /// `module::attention` does on the backends [`takes_causal_blocks`] names. Each block goes
+    /// through [`fused`](Self::fused), whose kernels align a causal mask bottom-right as a block
+    /// needs, where nothing else rules it out (as in [`attention`](Self::attention)), the
+    /// explicit path otherwise. Rows of a softmax are independent, so the blocks compute the same
+    /// numbers as one pass.
     /// `k` and `v` have one head per query head; `key_padding` is `[batch, k_len]`.
     pub(crate) fn causal_in_blocks(
         &self,

@@ -1,5 +1,6 @@
 //! The rotation on the CPU backends: one read of `x`, one write of the output, rows split across
-//! rayon's threads.
+//! rayon's threads. A tensor the call owns alone, with rows that fill its buffer, is rotated in
+//! place ([`rotate_in_place`]).
 //!
 //! Each product and sum is the one the tensor-op path computes, in the same order and without
 //! fused multiply-adds (Rust does not contract them), so the results are bit for bit the same.

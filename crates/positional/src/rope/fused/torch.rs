@@ -2,7 +2,8 @@
 //!
 //! On the CPU, torch's tensors are raw buffers like flex's and ndarray's, and the rotation is the
 //! same multithreaded loop (`cpu.rs`), writing straight into a tensor torch allocates: one read
-//! of `x`, one write of the output.
+//! of `x`, one write of the output. A tensor this call alone holds (`TchTensor::can_mut`) is
+//! rotated in place.
 //!
 //! On other torch devices (CUDA) it is the tensor-op path's sequence issued to torch directly: a
 //! copy with each pair swapped, two products, one sum in place. Torch has no rotary kernel, and
