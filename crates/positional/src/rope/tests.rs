@@ -334,7 +334,7 @@ fn rounds_like_tensor_ops(device: &Device) -> bool {
 /// rotary, angles shared by the batch and per row, `[batch, heads, seq, head_dim]` data and
 /// `[batch, seq, heads, head_dim]` data read through `swap_dims`, a shape small enough for one
 /// thread and one split across threads, widths the WGPU kernel reads in vectors and widths it
-/// cannot; the outputs and the gradients.
+/// cannot, head counts it rotates four, two and one at a time; the outputs and the gradients.
 fn fused_kernel_equals_tensor_ops(device: &Device) {
     let device = device.clone().autodiff();
     assert!(
@@ -346,7 +346,7 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
     } else {
         2e-6
     };
-    for (heads, seq, head_dim) in [(3, 5, 10), (8, 72, 128)] {
+    for (heads, seq, head_dim) in [(3, 5, 10), (3, 5, 16), (6, 9, 16), (8, 72, 128)] {
         for layout in [RopeLayout::Half, RopeLayout::Interleaved] {
             // Partial rotary of a width the GPU kernel reads one float at a time, and of one
             // it reads in vectors (64 of 128).
