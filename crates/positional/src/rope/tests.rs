@@ -373,31 +373,28 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
                         }
                         .require_grad();
                         let weights = random([2, heads, seq, head_dim], &device);
-                        // The fused path on an input shared with the caller (here with the
-                        // other calls), and on one the call owns alone, which the CPU kernels
-                        // rotate in place; the tensor ops last.
-                        let results: Vec<_> = [Some(false), Some(true), None]
-                            .into_iter()
-                            .map(|fused_owned| {
-                                let y = match fused_owned {
-                                    Some(false) => angles.apply(x.clone()),
-                                    Some(true) => angles.apply(x.clone().mul_scalar(1.0)),
-                                    None => angles.try_apply_reference(x.clone()).unwrap(),
-                                };
-                                let grads = (y.clone() * weights.clone()).sum().backward();
-                                let grad = x.grad(&grads).expect("x has a gradient");
-                                (floats(&y.into_data()), floats(&grad.into_data()))
-                            })
-                            .collect();
-                        let reference = &results[2];
-                        for (fused, input) in results[..2].iter().zip(["shared", "owned"]) {
+                        let outputs_and_gradients = |y: Tensor<4>| {
+                            let grads = (y.clone() * weights.clone()).sum().backward();
+                            let grad = x.grad(&grads).expect("x has a gradient");
+                            (floats(&y.into_data()), floats(&grad.into_data()))
+                        };
+                        let reference =
+                            outputs_and_gradients(angles.try_apply_reference(x.clone()).unwrap());
+                        // The fused path on an input shared with the caller (`x`), and on one the
+                        // call owns alone, which the CPU kernels rotate in place.
+                        let fused = [
+                            ("shared", angles.apply(x.clone())),
+                            ("owned", angles.apply(x.clone().mul_scalar(1.0))),
+                        ];
+                        for (input, y) in fused {
+                            let (y, grad) = outputs_and_gradients(y);
                             let what = format!(
                                 "{layout:?}, rotary_dim {rotary_dim:?}, [2, {heads}, {seq}, \
                                  {head_dim}], seq-major {seq_major}, {input} input"
                             );
-                            assert_within(&fused.0, &reference.0, tolerance, &format!("{what}: y"));
+                            assert_within(&y, &reference.0, tolerance, &format!("{what}: y"));
                             assert_within(
-                                &fused.1,
+                                &grad,
                                 &reference.1,
                                 tolerance,
                                 &format!("{what}: gradient"),

@@ -173,6 +173,10 @@ pub(super) fn rotate_in_place(
 /// Runs `write(first_row, run)` over runs of whole rows of `out` that together cover it once:
 /// on this thread for small outputs, across rayon's threads otherwise.
 fn in_tasks<T: Send>(out: &mut [T], head_dim: usize, write: impl Fn(usize, &mut [T]) + Sync) {
+    // No rows: nothing to write, and no row counts to divide by.
+    if out.is_empty() {
+        return;
+    }
     if out.len() <= SERIAL_ELEMENTS {
         write(0, out);
     } else {

@@ -48,19 +48,11 @@ impl RotaryBackend for LibTorch {
             ));
         }
         let (cos, sin) = (cos.contiguous(), sin.contiguous());
-        if x.can_mut()
-            && rotate_on_cpu_in_place(&x.tensor, &cos, &sin, table_offset, interleaved, inverse)
-        {
+        let tables = cpu_tables(&cos, &sin, table_offset);
+        if x.can_mut() && rotate_on_cpu_in_place(&x.tensor, tables, interleaved, inverse) {
             return x;
         }
-        TchTensor::new(rotate_on_cpu(
-            &x.tensor,
-            &cos,
-            &sin,
-            table_offset,
-            interleaved,
-            inverse,
-        ))
+        TchTensor::new(rotate_on_cpu(&x.tensor, tables, interleaved, inverse))
     }
 }
 
@@ -73,7 +65,7 @@ fn strides(t: &Tensor) -> Vec<isize> {
 }
 
 /// The CPU tables as the loop reads them. `cos` and `sin` are contiguous f32 CPU tensors.
-fn tables<'a>(cos: &'a Tensor, sin: &'a Tensor, table_offset: usize) -> Tables<'a> {
+fn cpu_tables<'a>(cos: &'a Tensor, sin: &'a Tensor, table_offset: usize) -> Tables<'a> {
     let shape: [usize; 3] = sizes(cos).try_into().expect("rank-3 tables");
     let len = shape.iter().product();
     // SAFETY: `cos` and `sin` are contiguous f32 CPU tensors of `len` values, alive, and not
@@ -94,13 +86,10 @@ fn tables<'a>(cos: &'a Tensor, sin: &'a Tensor, table_offset: usize) -> Tables<'
 }
 
 /// The CPU loop rotating `x`'s rows where they are, when its rows fill its memory with no gap.
-/// `x` is a non-empty f32 CPU tensor that nothing else holds (`TchTensor::can_mut`); `cos`
-/// and `sin` are contiguous f32 CPU tensors.
+/// `x` is a non-empty f32 CPU tensor that nothing else holds (`TchTensor::can_mut`).
 fn rotate_on_cpu_in_place(
     x: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    table_offset: usize,
+    tables: Tables<'_>,
     interleaved: bool,
     inverse: bool,
 ) -> bool {
@@ -113,25 +102,11 @@ fn rotate_on_cpu_in_place(
     // values from its first element (`is_dense`).
     #[allow(unsafe_code)]
     let values = unsafe { std::slice::from_raw_parts_mut(x.data_ptr() as *mut f32, elements) };
-    rotate_in_place(
-        values,
-        view,
-        tables(cos, sin, table_offset),
-        interleaved,
-        inverse,
-    )
+    rotate_in_place(values, view, tables, interleaved, inverse)
 }
 
-/// The CPU loop over torch's buffers into a new tensor. `x` is non-empty and f32 on the CPU;
-/// `cos` and `sin` are contiguous f32 CPU tensors.
-fn rotate_on_cpu(
-    x: &Tensor,
-    cos: &Tensor,
-    sin: &Tensor,
-    table_offset: usize,
-    interleaved: bool,
-    inverse: bool,
-) -> Tensor {
+/// The CPU loop over torch's buffers into a new tensor. `x` is non-empty and f32 on the CPU.
+fn rotate_on_cpu(x: &Tensor, tables: Tables<'_>, interleaved: bool, inverse: bool) -> Tensor {
     let (x, view) = match RowView::new(&sizes(x), &strides(x), 0) {
         Some(view) => (x.shallow_clone(), view),
         None => {
@@ -164,14 +139,7 @@ fn rotate_on_cpu(
             std::slice::from_raw_parts_mut(output.data_ptr() as *mut MaybeUninit<f32>, elements),
         )
     };
-    rotate_into(
-        x_values,
-        view,
-        tables(cos, sin, table_offset),
-        interleaved,
-        inverse,
-        out,
-    );
+    rotate_into(x_values, view, tables, interleaved, inverse, out);
     output.permute(order.to_logical.map(|axis| axis as i64))
 }
 
@@ -269,7 +237,7 @@ mod tests {
                     };
                     let (cos, sin) = tables(9, rotary_dim, interleaved);
                     let with_ops = rotate_with_torch_ops(&x, &cos, &sin, 3, interleaved, inverse);
-                    let on_cpu = rotate_on_cpu(&x, &cos, &sin, 3, interleaved, inverse);
+                    let on_cpu = rotate_on_cpu(&x, cpu_tables(&cos, &sin, 3), interleaved, inverse);
                     assert_eq!(on_cpu.size(), with_ops.size());
                     assert_eq!(
                         values(&on_cpu),
