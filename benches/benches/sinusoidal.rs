@@ -1,6 +1,7 @@
 //! Adding sinusoidal positions to `[batch, seq, d_model]` embeddings: ours, Burn's
 //! `burn::nn::PositionalEncoding` and a copy of the same tensor (the memory floor), per backend.
-//! `cargo xtask bench` prints the ratios.
+//! Each module also takes an input it holds alone, as the embeddings a model hands it (`held`):
+//! a backend may then add in place. `cargo xtask bench` prints the ratios.
 
 use burn::tensor::{Distribution, Tensor};
 use divan::Bencher;
@@ -17,6 +18,8 @@ enum Variant {
     Copy,
     Ours,
     Burn,
+    OursHeld,
+    BurnHeld,
 }
 
 fn run(bencher: Bencher, backend: &str, variant: Variant) {
@@ -24,14 +27,18 @@ fn run(bencher: Bencher, backend: &str, variant: Variant) {
     let x = Tensor::<3>::random(SHAPE, Distribution::Default, &device);
     let ours = SinusoidalEncodingConfig::new(SHAPE[2]).init(&device);
     let theirs = burn::nn::PositionalEncodingConfig::new(SHAPE[2]).init(&device);
-    let call = || -> Tensor<3> {
-        match variant {
-            Variant::Copy => x.clone().mul_scalar(1.0),
-            Variant::Ours => ours.forward(x.clone(), 0),
-            Variant::Burn => theirs.forward(x.clone()),
+    let copy = || x.clone().mul_scalar(1.0);
+    match variant {
+        Variant::Copy => benches::bench_synced(bencher, &device, copy),
+        Variant::Ours => benches::bench_synced(bencher, &device, || ours.forward(x.clone(), 0)),
+        Variant::Burn => benches::bench_synced(bencher, &device, || theirs.forward(x.clone())),
+        Variant::OursHeld => {
+            benches::bench_synced_owned(bencher, &device, copy, |x| ours.forward(x, 0))
         }
-    };
-    benches::bench_synced(bencher, &device, call);
+        Variant::BurnHeld => {
+            benches::bench_synced_owned(bencher, &device, copy, |x| theirs.forward(x))
+        }
+    }
 }
 
 macro_rules! sinusoidal {
@@ -53,6 +60,16 @@ macro_rules! sinusoidal {
             #[divan::bench(sample_count = 20)]
             fn burn_b1_s1024_d4096(bencher: Bencher) {
                 run(bencher, $feature, Variant::Burn);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn ours_held_b1_s1024_d4096(bencher: Bencher) {
+                run(bencher, $feature, Variant::OursHeld);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn burn_held_b1_s1024_d4096(bencher: Bencher) {
+                run(bencher, $feature, Variant::BurnHeld);
             }
         }
     )*};

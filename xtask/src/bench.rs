@@ -177,9 +177,21 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
         );
         ratio(
             "sinusoidal / burn sinusoidal",
-            key,
+            key.clone(),
             "ours_b1_s1024_d4096",
             "burn_b1_s1024_d4096",
+        );
+        ratio(
+            "sinusoidal, x held alone / copy",
+            key.clone(),
+            "ours_held_b1_s1024_d4096",
+            "copy_b1_s1024_d4096",
+        );
+        ratio(
+            "burn sinusoidal, x held alone / copy",
+            key,
+            "burn_held_b1_s1024_d4096",
+            "copy_b1_s1024_d4096",
         );
         for seq in ["512", "2048"] {
             let key = format!("mha/{backend}/{{}}/{seq}");

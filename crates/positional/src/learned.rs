@@ -92,6 +92,9 @@ impl LearnedPositionalEmbedding {
     ///
     /// `offset + seq > max_sequence_length` is an error: there is no trained vector to add.
     ///
+    /// On the CPU backends the rows are added in one pass, into `x`'s own memory when the call
+    /// holds `x` alone.
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
@@ -117,8 +120,11 @@ impl LearnedPositionalEmbedding {
         if seq == 0 {
             return Ok(x);
         }
-        let rows = self.weight.val().narrow(0, offset, seq);
-        Ok(x + rows.unsqueeze::<3>())
+        Ok(crate::position_rows::add_position_rows(
+            x,
+            self.weight.val(),
+            offset,
+        ))
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).

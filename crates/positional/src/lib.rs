@@ -38,7 +38,10 @@
 pub mod alibi;
 pub mod error;
 pub mod learned;
+mod position_rows;
 pub mod rope;
+#[cfg(any(feature = "flex", feature = "ndarray", feature = "tch"))]
+mod row_tasks;
 pub mod sinusoidal;
 
 #[cfg(any(test, feature = "testing"))]

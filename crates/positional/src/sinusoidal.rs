@@ -111,6 +111,9 @@ impl SinusoidalEncoding {
 
     /// Returns `x + PE[offset .. offset + seq]`.
     ///
+    /// On the CPU backends the rows are added in one pass, into `x`'s own memory when the call
+    /// holds `x` alone (as it does the embeddings a model hands it).
+    ///
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
@@ -126,8 +129,8 @@ impl SinusoidalEncoding {
         if seq == 0 {
             return Ok(x);
         }
-        let table = self.table_on(offset..offset + seq, &x.device());
-        Ok(x + table.unsqueeze::<3>())
+        let (table, first_row) = self.rows_on(offset..offset + seq, &x.device());
+        Ok(crate::position_rows::add_position_rows(x, table, first_row))
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -148,7 +151,7 @@ impl SinusoidalEncoding {
     }
 
     fn table_on(&self, positions: Range<usize>, device: &Device) -> Tensor<2> {
-        if positions.end <= self.config.max_sequence_length && positions.start < positions.end {
+        if self.precomputed(&positions) {
             self.table
                 .clone()
                 .narrow(0, positions.start, positions.len())
@@ -156,6 +159,20 @@ impl SinusoidalEncoding {
         } else {
             rows_tensor(&self.config, positions, device)
         }
+    }
+
+    /// A table on `device` holding the rows of `positions`, and the row of the first: the whole
+    /// precomputed table where it has them all, so that nothing is sliced or copied per call.
+    fn rows_on(&self, positions: Range<usize>, device: &Device) -> (Tensor<2>, usize) {
+        if self.precomputed(&positions) && self.table.device() == *device {
+            (self.table.clone(), positions.start)
+        } else {
+            (self.table_on(positions, device), 0)
+        }
+    }
+
+    fn precomputed(&self, positions: &Range<usize>) -> bool {
+        positions.end <= self.config.max_sequence_length && positions.start < positions.end
     }
 }
 

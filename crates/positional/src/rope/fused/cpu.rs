@@ -7,12 +7,7 @@
 
 use std::mem::MaybeUninit;
 
-use rayon::prelude::*;
-
-/// Outputs up to this many elements (512 KB) are computed on one thread, and larger ones in
-/// tasks of about this many: waking rayon's threads costs more than rotating a decode step's
-/// `[1, 32, 1, 128]` or a prefill of `[1, 8, 128, 64]` on one core.
-const SERIAL_ELEMENTS: usize = 1 << 17;
+use crate::row_tasks::in_tasks;
 
 /// A `[batch, heads, seq, head_dim]` view of a buffer: element `[b, h, s, i]` is at
 /// `offset + b * strides[0] + h * strides[1] + s * strides[2] + i`.
@@ -168,23 +163,6 @@ pub(super) fn rotate_in_place(
         rows.write(first, Output::InPlace(run))
     });
     true
-}
-
-/// Runs `write(first_row, run)` over runs of whole rows of `out` that together cover it once:
-/// on this thread for small outputs, across rayon's threads otherwise.
-fn in_tasks<T: Send>(out: &mut [T], head_dim: usize, write: impl Fn(usize, &mut [T]) + Sync) {
-    // No rows: nothing to write, and no row counts to divide by.
-    if out.is_empty() {
-        return;
-    }
-    if out.len() <= SERIAL_ELEMENTS {
-        write(0, out);
-    } else {
-        let rows_per_task = SERIAL_ELEMENTS.div_ceil(head_dim);
-        out.par_chunks_mut(rows_per_task * head_dim)
-            .enumerate()
-            .for_each(|(task, run)| write(task * rows_per_task, run));
-    }
 }
 
 impl RowView {

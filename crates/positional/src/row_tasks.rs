@@ -1,0 +1,30 @@
+//! Row loops on the CPU backends (flex, ndarray and LibTorch's CPU device): an output split into
+//! runs of whole rows, one rayon task each.
+
+use rayon::prelude::*;
+
+/// Outputs up to this many elements (512 KB) are computed on one thread, and larger ones in
+/// tasks of about this many: waking rayon's threads costs more than rotating a decode step's
+/// `[1, 32, 1, 128]` or a prefill of `[1, 8, 128, 64]` on one core.
+const SERIAL_ELEMENTS: usize = 1 << 17;
+
+/// Runs `write(first_row, run)` over runs of whole rows of `out` (rows of `row_len` values) that
+/// together cover it once: on this thread for small outputs, across rayon's threads otherwise.
+pub(crate) fn in_tasks<T: Send>(
+    out: &mut [T],
+    row_len: usize,
+    write: impl Fn(usize, &mut [T]) + Sync,
+) {
+    // No rows: nothing to write, and no row counts to divide by.
+    if out.is_empty() {
+        return;
+    }
+    if out.len() <= SERIAL_ELEMENTS {
+        write(0, out);
+    } else {
+        let rows_per_task = SERIAL_ELEMENTS.div_ceil(row_len);
+        out.par_chunks_mut(rows_per_task * row_len)
+            .enumerate()
+            .for_each(|(task, run)| write(task * rows_per_task, run));
+    }
+}
