@@ -92,7 +92,7 @@ impl LearnedPositionalEmbedding {
     ///
     /// `offset + seq > max_sequence_length` is an error: there is no trained vector to add.
     ///
-    /// On the CPU backends the rows are added in one pass, into `x`'s own memory when the call
+    /// On flex and ndarray the rows are added in one pass, into `x`'s own memory when the call
     /// holds `x` alone.
     ///
     /// # Shapes

@@ -111,7 +111,7 @@ impl SinusoidalEncoding {
 
     /// Returns `x + PE[offset .. offset + seq]`.
     ///
-    /// On the CPU backends the rows are added in one pass, into `x`'s own memory when the call
+    /// On flex and ndarray the rows are added in one pass, into `x`'s own memory when the call
     /// holds `x` alone (as it does the embeddings a model hands it).
     ///
     /// # Shapes

@@ -1,4 +1,4 @@
-//! Adding position rows on the CPU backends: rows of `x` split across rayon's threads, each
+//! Adding position rows on flex and ndarray: rows of `x` split across rayon's threads, each
 //! added to its position's row of the table into a new buffer, or where it is when the call
 //! holds `x` alone ([`add_in_place`]).
 
@@ -47,49 +47,29 @@ impl<'a> PositionRows<'a> {
 
 /// `x[b, s] + table[offset + s]` for each row of the dense `[batch, seq, width]` values `x`, in
 /// a new buffer of the same layout.
-#[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(super) fn add(x: &[f32], table: &[f32], shape: [usize; 3], offset: usize) -> Vec<f32> {
+    let rows = PositionRows::new(table, shape, offset, x.len());
     // Written once, into unfilled memory: zeroing it first would be a whole extra write pass.
     let mut out: Vec<f32> = Vec::with_capacity(x.len());
-    add_into(
-        x,
-        table,
-        shape,
-        offset,
+    in_tasks(
         &mut out.spare_capacity_mut()[..x.len()],
+        rows.width,
+        |first, run| {
+            let inputs = x[first * rows.width..].chunks_exact(rows.width);
+            for (row, (out, x)) in run.chunks_exact_mut(rows.width).zip(inputs).enumerate() {
+                for ((out, &x), &position) in out.iter_mut().zip(x).zip(rows.of(first + row)) {
+                    *out = MaybeUninit::new(x + position);
+                }
+            }
+        },
     );
-    // SAFETY: `add_into` wrote each of the first `x.len()` values of the capacity.
+    // SAFETY: `in_tasks` hands every row of the first `x.len()` values of the capacity to the
+    // loop above exactly once, and the loop writes each value of its rows.
     #[allow(unsafe_code)]
     unsafe {
         out.set_len(x.len());
     }
     out
-}
-
-/// [`add`] into `out`, which holds as many values as `x` and is fully written.
-pub(super) fn add_into(
-    x: &[f32],
-    table: &[f32],
-    shape: [usize; 3],
-    offset: usize,
-    out: &mut [MaybeUninit<f32>],
-) {
-    assert_eq!(
-        out.len(),
-        x.len(),
-        "add_position_rows: output and input sizes"
-    );
-    let rows = PositionRows::new(table, shape, offset, x.len());
-    // `in_tasks` hands every row of `out` to the loop exactly once, and the loop writes each
-    // value of its rows.
-    in_tasks(out, rows.width, |first, run| {
-        let inputs = x[first * rows.width..].chunks_exact(rows.width);
-        for (row, (out, x)) in run.chunks_exact_mut(rows.width).zip(inputs).enumerate() {
-            for ((out, &x), &position) in out.iter_mut().zip(x).zip(rows.of(first + row)) {
-                *out = MaybeUninit::new(x + position);
-            }
-        }
-    });
 }
 
 /// [`add`] into `x` itself: one read and one write of the same memory, where a new buffer is one
@@ -193,83 +173,12 @@ mod ndarray_backend {
     }
 }
 
-#[cfg(feature = "tch")]
-mod torch {
-    use std::mem::MaybeUninit;
-
-    use burn::backend::LibTorch;
-    use burn::backend::libtorch::TchTensor;
-    use tch::{Device, Kind, Tensor};
-
-    use super::{add_in_place, add_into};
-    use crate::position_rows::PositionRowsBackend;
-
-    impl PositionRowsBackend for LibTorch {
-        fn add_position_rows(x: TchTensor, table: TchTensor, offset: usize) -> TchTensor {
-            assert!(
-                [&x.tensor, &table.tensor]
-                    .iter()
-                    .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float),
-                "add_position_rows runs on f32 CPU tensors (the caller checks device and dtype)"
-            );
-            let sizes = x.tensor.size();
-            let shape: [usize; 3] = [0, 1, 2].map(|axis| sizes[axis] as usize);
-            let len = shape.iter().product();
-            if len == 0 {
-                return x;
-            }
-            let table = table.tensor.contiguous();
-            assert!(
-                table.numel() > 0,
-                "add_position_rows: an empty table for x {shape:?}"
-            );
-            // SAFETY: `table` is a contiguous, non-empty f32 CPU tensor, alive and written by
-            // nothing else while the slice is read.
-            #[allow(unsafe_code)]
-            let table_values = unsafe {
-                std::slice::from_raw_parts(table.data_ptr() as *const f32, table.numel())
-            };
-            if x.can_mut() && x.tensor.is_contiguous() {
-                // SAFETY: `x` is a contiguous f32 CPU tensor of `len > 0` values that this call
-                // alone holds (`can_mut`), so nothing else reads or writes it meanwhile.
-                #[allow(unsafe_code)]
-                let values =
-                    unsafe { std::slice::from_raw_parts_mut(x.tensor.data_ptr() as *mut f32, len) };
-                add_in_place(values, table_values, shape, offset);
-                return x;
-            }
-            let x = x.tensor.contiguous();
-            let output = Tensor::empty(shape.map(|n| n as i64), (Kind::Float, Device::Cpu));
-            // SAFETY: both are contiguous f32 CPU tensors of `len > 0` values, alive and not
-            // written by anything else for the length of this call; `output` was just allocated
-            // and is viewed as unfilled, and `add_into` writes every one of its values.
-            #[allow(unsafe_code)]
-            let (x_values, out) = unsafe {
-                (
-                    std::slice::from_raw_parts(x.data_ptr() as *const f32, len),
-                    std::slice::from_raw_parts_mut(output.data_ptr() as *mut MaybeUninit<f32>, len),
-                )
-            };
-            add_into(x_values, table_values, shape, offset, out);
-            TchTensor::new(output)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn values(len: usize, seed: f32) -> Vec<f32> {
         (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
-    }
-
-    fn new_buffer(x: &[f32], table: &[f32], shape: [usize; 3], offset: usize) -> Vec<f32> {
-        let mut out = vec![MaybeUninit::new(f32::NAN); x.len()];
-        add_into(x, table, shape, offset, &mut out);
-        // SAFETY: every value was initialised above (and overwritten by `add_into`).
-        #[allow(unsafe_code)]
-        out.iter().map(|v| unsafe { v.assume_init() }).collect()
     }
 
     /// Each row gets its position's row of the table, from `offset` on, the same floats in place
@@ -281,7 +190,7 @@ mod tests {
         let want: Vec<f32> = (0..24)
             .map(|i| x[i] + table[(2 + i / 4 % 3) * 4 + i % 4])
             .collect();
-        assert_eq!(new_buffer(&x, &table, shape, 2), want);
+        assert_eq!(add(&x, &table, shape, 2), want);
         let mut in_place = x.clone();
         add_in_place(&mut in_place, &table, shape, 2);
         assert_eq!(in_place, want);
@@ -290,6 +199,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "does not hold rows 4..7")]
     fn refuses_a_table_too_short() {
-        new_buffer(&values(6, 0.0), &values(12, 1.0), [1, 3, 2], 4);
+        add(&values(6, 0.0), &values(12, 1.0), [1, 3, 2], 4);
     }
 }
