@@ -61,6 +61,11 @@ macro_rules! for_each_backend {
 }
 pub use for_each_backend;
 
+/// `len` values that differ everywhere, so that a value read from the wrong place shows.
+pub fn varied(len: usize, seed: f32) -> Vec<f32> {
+    (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
+}
+
 /// Reads a float tensor's data as f32.
 pub fn floats(data: &TensorData) -> Vec<f32> {
     data.clone()

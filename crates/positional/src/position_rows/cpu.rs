@@ -176,17 +176,14 @@ mod ndarray_backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(len: usize, seed: f32) -> Vec<f32> {
-        (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
-    }
+    use crate::testing::varied;
 
     /// Each row gets its position's row of the table, from `offset` on, the same floats in place
     /// and into a new buffer.
     #[test]
     fn adds_each_rows_position_in_place_and_new() {
         let shape = [2, 3, 4];
-        let (x, table) = (values(24, 0.5), values(6 * 4, 2.0));
+        let (x, table) = (varied(24, 0.5), varied(6 * 4, 2.0));
         let want: Vec<f32> = (0..24)
             .map(|i| x[i] + table[(2 + i / 4 % 3) * 4 + i % 4])
             .collect();
@@ -199,6 +196,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "does not hold rows 4..7")]
     fn refuses_a_table_too_short() {
-        add(&values(6, 0.0), &values(12, 1.0), [1, 3, 2], 4);
+        add(&varied(6, 0.0), &varied(12, 1.0), [1, 3, 2], 4);
     }
 }

@@ -616,11 +616,7 @@ mod ndarray_backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Values that differ everywhere, so that a row or angle read from the wrong place shows.
-    fn values(len: usize, seed: f32) -> Vec<f32> {
-        (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
-    }
+    use crate::testing::varied;
 
     /// In place and into a new buffer, the same rows give the same floats, for dense data in
     /// `[batch, heads, seq, head_dim]` order and in `[batch, seq, heads, head_dim]` order read
@@ -628,7 +624,7 @@ mod tests {
     #[test]
     fn in_place_equals_new_buffer() {
         let [batch, heads, seq, head_dim] = [2, 3, 5, 8];
-        let x = values(batch * heads * seq * head_dim, 0.5);
+        let x = varied(batch * heads * seq * head_dim, 0.5);
         let contiguous = [heads * seq * head_dim, seq * head_dim, head_dim];
         let seq_major = [seq * heads * head_dim, head_dim, heads * head_dim];
         for strides in [contiguous, seq_major] {
@@ -640,8 +636,8 @@ mod tests {
             assert!(view.is_dense());
             for rotary_dim in [head_dim, 4] {
                 let (cos, sin) = (
-                    values(2 * 9 * rotary_dim, 1.0),
-                    values(2 * 9 * rotary_dim, 2.0),
+                    varied(2 * 9 * rotary_dim, 1.0),
+                    varied(2 * 9 * rotary_dim, 2.0),
                 );
                 let tables = Tables {
                     cos: &cos,
@@ -677,7 +673,7 @@ mod tests {
     /// the new-buffer path, untouched.
     #[test]
     fn in_place_refuses_rows_that_do_not_fill_the_buffer() {
-        let (cos, sin) = (values(4 * 4, 1.0), values(4 * 4, 2.0));
+        let (cos, sin) = (varied(4 * 4, 1.0), varied(4 * 4, 2.0));
         let tables = Tables {
             cos: &cos,
             sin: &sin,
@@ -700,7 +696,7 @@ mod tests {
             }
         };
         for (view, len) in [(narrowed, 64), (shifted, 16)] {
-            let x = values(len, 0.5);
+            let x = varied(len, 0.5);
             let mut kept = x.clone();
             assert!(!rotate_in_place(&mut kept, view, tables, false, false));
             assert_eq!(kept, x);
