@@ -9,7 +9,7 @@ use crate::row_tasks::in_tasks;
 /// Dense `[batch, seq, width]` rows and the dense `[rows, width]` table they take their position
 /// rows from, from row `offset` on.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PositionRows<'a> {
+struct PositionRows<'a> {
     table: &'a [f32],
     seq: usize,
     width: usize,
