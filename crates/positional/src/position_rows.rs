@@ -58,8 +58,7 @@ pub trait PositionRowsBackend: burn::backend::Backend {
 /// `[rows, d_model]` on `x`'s device with `rows >= offset + seq`.
 pub(crate) fn add_position_rows(x: Tensor<3>, table: Tensor<2>, offset: usize) -> Tensor<3> {
     if !available(&x, &table) {
-        let seq = x.dims()[1];
-        return x + table.narrow(0, offset, seq).unsqueeze::<3>();
+        return with_tensor_ops(x, table, offset);
     }
     Tensor::from_dispatch(
         <burn::backend::Dispatch as PositionRowsBackend>::add_position_rows(
@@ -68,6 +67,13 @@ pub(crate) fn add_position_rows(x: Tensor<3>, table: Tensor<2>, offset: usize) -
             offset,
         ),
     )
+}
+
+/// The broadcast add with Burn's tensor ops: the path of the backends without the loop, and the
+/// reference the tests hold the loop to.
+fn with_tensor_ops(x: Tensor<3>, table: Tensor<2>, offset: usize) -> Tensor<3> {
+    let seq = x.dims()[1];
+    x + table.narrow(0, offset, seq).unsqueeze::<3>()
 }
 
 /// Whether [`PositionRowsBackend::add_position_rows`] runs for these tensors: f32, on a device
@@ -99,11 +105,6 @@ mod tests {
         Tensor::random(shape, Distribution::Uniform(-2.0, 2.0), device)
     }
 
-    fn tensor_ops(x: Tensor<3>, table: Tensor<2>, offset: usize) -> Tensor<3> {
-        let seq = x.dims()[1];
-        x + table.narrow(0, offset, seq).unsqueeze::<3>()
-    }
-
     /// The same floats as Burn's broadcast add, for inputs the call holds alone (added in place
     /// on flex and ndarray) and shares, contiguous or not, one row or many, at several offsets.
     fn equals_tensor_ops(device: &Device) {
@@ -111,7 +112,7 @@ mod tests {
         // Sizes below and above the one-thread limit of `row_tasks`.
         for (shape, offset) in [([2, 3, 24], 0), ([1, 1, 24], 39), ([3, 37, 24], 2)] {
             let x = random(shape, device);
-            let want = floats(&tensor_ops(x.clone(), table.clone(), offset).into_data());
+            let want = floats(&with_tensor_ops(x.clone(), table.clone(), offset).into_data());
             let shared = add_position_rows(x.clone(), table.clone(), offset);
             assert_eq!(floats(&shared.into_data()), want, "{shape:?} shared");
             let owned = add_position_rows(x.clone() * 1.0, table.clone(), offset);
@@ -123,7 +124,7 @@ mod tests {
         }
         let big = random([2, 300, 256], device);
         let table = random([310, 256], device);
-        let want = floats(&tensor_ops(big.clone(), table.clone(), 10).into_data());
+        let want = floats(&with_tensor_ops(big.clone(), table.clone(), 10).into_data());
         let got = add_position_rows(big * 1.0, table, 10);
         assert_eq!(floats(&got.into_data()), want, "across threads");
     }
@@ -153,7 +154,7 @@ mod tests {
             .map(|data| floats(&data))
         };
         let [got_x, got_table] = grads(add_position_rows);
-        let [want_x, want_table] = grads(tensor_ops);
+        let [want_x, want_table] = grads(with_tensor_ops);
         assert_eq!(got_x, want_x);
         assert_eq!(got_table, want_table);
         assert!(

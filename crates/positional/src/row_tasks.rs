@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 /// Outputs up to this many elements (512 KB) are computed on one thread, and larger ones in
-/// tasks of about this many: waking rayon's threads costs more than rotating a decode step's
+/// tasks of about this many: waking rayon's threads costs more than a pass over a decode step's
 /// `[1, 32, 1, 128]` or a prefill of `[1, 8, 128, 64]` on one core.
 const SERIAL_ELEMENTS: usize = 1 << 17;
 
