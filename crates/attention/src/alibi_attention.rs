@@ -1,7 +1,8 @@
 //! Attention with ALiBi (Press et al., "Train Short, Test Long: Attention with Linear Biases
 //! Enables Input Length Extrapolation", ICLR 2022) without Burn's unfused fallback: one CubeCL
-//! kernel on WGPU (and Burn's other CubeCL runtimes), and on ndarray ndarray's two matrix
-//! products with one pass over the scores between them.
+//! kernel on WGPU (and Burn's other CubeCL runtimes), on ndarray ndarray's two matrix products
+//! with one pass over the scores between them, and on LibTorch torch's SDPA reading the bias
+//! through a view.
 //!
 //! Burn's `module::attention` hands a call with a bias to its fallback on WGPU: scores, bias and
 //! softmax as separate `[batch, heads, q_len, k_len]` tensors, 1.4-3x the time of the call
@@ -9,8 +10,9 @@
 //! so no bias or score tensor is written (`cube.rs`). On ndarray, where `module::attention` is
 //! that fallback with or without a bias, the scores are written once and turned into weights in
 //! place, bias included (`cpu.rs`); with every slope 0 that is plain attention, which the module
-//! runs there too ([`replaces_plain_attention`]). LibTorch has a kernel that takes a bias
-//! itself, torch's SDPA ([`biased_sdpa`](crate::biased_sdpa)).
+//! runs there too ([`replaces_plain_attention`]). On LibTorch, Burn's module leaves torch's SDPA
+//! for its fallback when given a bias, though SDPA takes an additive float mask itself; there the
+//! mask is a strided view of one row of biases per head (`torch.rs`).
 //!
 //! Only for tensors without autodiff: the kernels have no backward here. Everything else takes
 //! [`module::attention`](burn::tensor::module::attention) with the bias from
@@ -23,6 +25,8 @@
 mod cpu;
 #[cfg(feature = "wgpu")]
 mod cube;
+#[cfg(feature = "tch")]
+mod torch;
 
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
@@ -32,6 +36,7 @@ use burn::tensor::{DType, Tensor};
     NdArray: cfg(feature = "ndarray"),
     Cube: cfg(feature = "wgpu"),
     Fusion: cfg(feature = "wgpu"),
+    LibTorch: cfg(feature = "tch"),
 )]
 pub trait AlibiAttentionBackend: burn::backend::Backend {
     /// `softmax(q k^T * scale + bias + causal) v` with `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`,
@@ -107,6 +112,9 @@ fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
         DispatchDevice::NdArray(_) => dtype == DType::F32,
         #[cfg(feature = "wgpu")]
         DispatchDevice::Cube(_) => dtype == DType::F32,
+        // Torch's SDPA takes every float dtype.
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(_) => true,
         #[allow(unreachable_patterns)]
         _ => false,
     }
@@ -213,19 +221,10 @@ mod tests {
         kernel_equals_the_reference("ndarray");
     }
 
-    /// LibTorch's path for ALiBi, torch's SDPA with the bias as its float mask.
     #[cfg(feature = "tch")]
     #[test]
-    fn torch_sdpa_equals_the_reference() {
-        equals_the_reference(
-            &positional::testing::device("tch"),
-            |q, k, v, alibi, scale, causal| {
-                assert!(crate::biased_sdpa::available(&q), "no SDPA on LibTorch");
-                let [_, _, q_len, _] = q.dims();
-                let bias = alibi.bias(q_len, k.dims()[2]).unsqueeze::<4>();
-                crate::biased_sdpa::biased_attention(q, k, v, bias, scale, causal)
-            },
-        );
+    fn tch_kernel_equals_the_reference() {
+        kernel_equals_the_reference("tch");
     }
 
     /// Attention without a bias takes the kernel only where Burn's own is its unfused fallback
@@ -245,7 +244,6 @@ mod tests {
         for (name, device) in positional::testing::devices() {
             let q = Tensor::<4>::zeros([1, 1, 1, 8], &device).autodiff();
             assert!(!available(&q), "{name}");
-            assert!(!crate::biased_sdpa::available(&q), "{name}");
         }
     }
 }

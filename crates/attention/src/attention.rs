@@ -12,10 +12,10 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Int, Tensor};
 use positional::{Alibi, RotaryEncoding};
 
+use crate::alibi_attention;
 use crate::cache::KvCache;
 use crate::config::MultiHeadAttentionConfig;
 use crate::error::{AttentionError, or_panic};
-use crate::{alibi_attention, biased_sdpa};
 
 /// Multi-head attention: `softmax(q k^T / sqrt(head_dim) + bias + mask) v`, projected back.
 ///
@@ -251,9 +251,8 @@ impl MultiHeadAttention {
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
-    /// instead of Burn's unfused fallback: with ALiBi our kernels on WGPU and ndarray
-    /// ([`alibi_attention`]) and torch's SDPA with the bias as its float mask on LibTorch
-    /// ([`biased_sdpa`]); without a bias on ndarray the same kernel with every slope 0.
+    /// instead of Burn's unfused fallback: with ALiBi our kernels on WGPU, ndarray and LibTorch
+    /// ([`alibi_attention`]); without a bias on ndarray the same kernel with every slope 0.
     /// `k` and `v` have one head per query head.
     pub(crate) fn fused(
         &self,
@@ -287,20 +286,12 @@ impl MultiHeadAttention {
                     is_causal,
                 ));
             }
-            Some(alibi) => {
-                let bias = alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
-                if biased_sdpa::available(&q) {
-                    return Ok(biased_sdpa::biased_attention(
-                        q,
-                        k,
-                        v,
-                        bias,
-                        self.score_scale(),
-                        is_causal,
-                    ));
-                }
-                Some(bias.expand([batch, heads, q_len, k_len]))
-            }
+            Some(alibi) => Some(
+                alibi
+                    .try_bias(q_len, k_len)?
+                    .unsqueeze::<4>()
+                    .expand([batch, heads, q_len, k_len]),
+            ),
             None => None,
         };
         let options = AttentionModuleOptions {

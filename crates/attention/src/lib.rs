@@ -36,7 +36,6 @@
 
 mod alibi_attention;
 mod attention;
-mod biased_sdpa;
 mod cache;
 mod config;
 pub mod error;
