@@ -1,5 +1,5 @@
 //! Row loops on the CPU backends (flex, ndarray and LibTorch's CPU device): an output split into
-//! runs of whole rows, one rayon task each.
+//! runs of whole rows, one rayon task each, and on flex the tensors they read as one slice.
 
 use rayon::prelude::*;
 
@@ -26,5 +26,19 @@ pub(crate) fn in_tasks<T: Send>(
         out.par_chunks_mut(rows_per_task * row_len)
             .enumerate()
             .for_each(|(task, run)| write(task * rows_per_task, run));
+    }
+}
+
+/// `tensor` itself where its values lie in one run of its buffer, from any start offset (a table
+/// narrowed to some positions), so that `as_slice` gives them without a copy; a contiguous copy
+/// otherwise.
+#[cfg(feature = "flex")]
+pub(crate) fn flex_contiguous(
+    tensor: burn::backend::flex::FlexTensor,
+) -> burn::backend::flex::FlexTensor {
+    if tensor.is_contiguous() {
+        tensor
+    } else {
+        tensor.to_contiguous()
     }
 }

@@ -93,11 +93,12 @@ mod flex {
 
     use super::{add, add_in_place};
     use crate::position_rows::PositionRowsBackend;
+    use crate::row_tasks::flex_contiguous;
 
     impl PositionRowsBackend for Flex {
         fn add_position_rows(mut x: FlexTensor, table: FlexTensor, offset: usize) -> FlexTensor {
             let shape = x.layout().shape().dims::<3>();
-            let table = contiguous(table);
+            let table = flex_contiguous(table);
             let table_values = table.as_slice::<f32>().expect("made contiguous");
             if let Some((start, end)) = x.layout().contiguous_offsets()
                 && let Some(values) = x.try_storage_mut::<f32>()
@@ -105,20 +106,12 @@ mod flex {
                 add_in_place(&mut values[start..end], table_values, shape, offset);
                 return x;
             }
-            let x = contiguous(x);
+            let x = flex_contiguous(x);
             let values = x.as_slice::<f32>().expect("made contiguous");
             FlexTensor::from_data(TensorData::new(
                 add(values, table_values, shape, offset),
                 shape,
             ))
-        }
-    }
-
-    fn contiguous(tensor: FlexTensor) -> FlexTensor {
-        if tensor.is_contiguous() {
-            tensor
-        } else {
-            tensor.to_contiguous()
         }
     }
 }
