@@ -122,109 +122,115 @@ fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::activation::softmax;
-    use burn::tensor::{Device, Distribution, Int};
-    use positional::testing::{assert_close, floats};
-    use positional::{Alibi, AlibiConfig};
-
     use super::*;
 
-    /// `softmax(q k^T * scale + bias, masked) v` spelled out, with the bias of
-    /// `positional::Alibi::bias`.
-    fn reference(
-        q: Tensor<4>,
-        k: Tensor<4>,
-        v: Tensor<4>,
-        bias: Tensor<3>,
-        scale: f64,
-        causal: bool,
-    ) -> Tensor<4> {
-        let [_, _, q_len, _] = q.dims();
-        let k_len = k.dims()[2];
-        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.unsqueeze::<4>();
-        if causal {
-            let device = scores.device();
-            let query_positions =
-                Tensor::<1, Int>::arange((k_len - q_len) as i64..k_len as i64, &device)
-                    .reshape([1, 1, q_len, 1]);
-            let key_positions =
-                Tensor::<1, Int>::arange(0..k_len as i64, &device).reshape([1, 1, 1, k_len]);
-            let hidden = key_positions.greater(query_positions).expand(scores.dims());
-            scores = scores.mask_fill(hidden, f32::NEG_INFINITY);
-        }
-        softmax(scores, 3).matmul(v)
-    }
+    /// The kernels against attention spelled out with Burn ops, on the backends that have one.
+    #[cfg(any(feature = "wgpu", feature = "ndarray", feature = "tch"))]
+    mod kernels {
+        use burn::tensor::activation::softmax;
+        use burn::tensor::{Device, Distribution, Int};
+        use positional::testing::{assert_close, floats};
+        use positional::{Alibi, AlibiConfig};
 
-    /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the kernel
-    /// unrolls (64) and one it does not divide evenly into vectors (6), queries that are all of
-    /// the keys or their last few (a chunk after a cache), scores few enough for one CPU thread
-    /// and enough to be split across threads (200 x 300), with and without a causal mask, on
-    /// `[batch, seq, heads, head_dim]` data read through swapped axes as the module hands it over.
-    fn equals_the_reference(
-        device: &Device,
-        attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
-    ) {
-        for head_dim in [64, 6] {
-            for (q_len, k_len) in [(37, 37), (5, 40), (1, 9), (200, 300)] {
-                for causal in [false, true] {
-                    let heads = 3;
-                    let random = |len| {
-                        Tensor::<4>::random(
-                            [2, len, heads, head_dim],
-                            Distribution::Normal(0.0, 1.0),
-                            device,
-                        )
-                        .swap_dims(1, 2)
-                    };
-                    let (q, k, v) = (random(q_len), random(k_len), random(k_len));
-                    let alibi = AlibiConfig::new(heads).init(device);
-                    let scale = (head_dim as f64).sqrt().recip();
-                    let want = reference(
-                        q.clone(),
-                        k.clone(),
-                        v.clone(),
-                        alibi.bias(q_len, k_len),
-                        scale,
-                        causal,
-                    );
-                    let got = attend(q, k, v, &alibi, scale, causal);
-                    // Each key adds its roundings to an online softmax's running sums (the
-                    // WGPU kernel), in another order than the two-pass reference's, so the two
-                    // drift apart like the square root of the keys: up to 8e-7 at 40 keys and
-                    // 1.2e-6 to 2.7e-6 at 300 in runs here (the CPU kernels: under 1e-6).
-                    let tolerance = 2e-6 * (k_len as f32 / 40.0).sqrt().max(1.0);
-                    assert_close(&got.into_data(), &floats(&want.into_data()), tolerance);
+        use super::*;
+
+        /// `softmax(q k^T * scale + bias, masked) v` spelled out, with the bias of
+        /// `positional::Alibi::bias`.
+        fn reference(
+            q: Tensor<4>,
+            k: Tensor<4>,
+            v: Tensor<4>,
+            bias: Tensor<3>,
+            scale: f64,
+            causal: bool,
+        ) -> Tensor<4> {
+            let [_, _, q_len, _] = q.dims();
+            let k_len = k.dims()[2];
+            let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.unsqueeze::<4>();
+            if causal {
+                let device = scores.device();
+                let query_positions =
+                    Tensor::<1, Int>::arange((k_len - q_len) as i64..k_len as i64, &device)
+                        .reshape([1, 1, q_len, 1]);
+                let key_positions =
+                    Tensor::<1, Int>::arange(0..k_len as i64, &device).reshape([1, 1, 1, k_len]);
+                let hidden = key_positions.greater(query_positions).expand(scores.dims());
+                scores = scores.mask_fill(hidden, f32::NEG_INFINITY);
+            }
+            softmax(scores, 3).matmul(v)
+        }
+
+        /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the kernel
+        /// unrolls (64) and one it does not divide evenly into vectors (6), queries that are all of
+        /// the keys or their last few (a chunk after a cache), scores few enough for one CPU thread
+        /// and enough to be split across threads (200 x 300), with and without a causal mask, on
+        /// `[batch, seq, heads, head_dim]` data read through swapped axes as the module hands it over.
+        fn equals_the_reference(
+            device: &Device,
+            attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
+        ) {
+            for head_dim in [64, 6] {
+                for (q_len, k_len) in [(37, 37), (5, 40), (1, 9), (200, 300)] {
+                    for causal in [false, true] {
+                        let heads = 3;
+                        let random = |len| {
+                            Tensor::<4>::random(
+                                [2, len, heads, head_dim],
+                                Distribution::Normal(0.0, 1.0),
+                                device,
+                            )
+                            .swap_dims(1, 2)
+                        };
+                        let (q, k, v) = (random(q_len), random(k_len), random(k_len));
+                        let alibi = AlibiConfig::new(heads).init(device);
+                        let scale = (head_dim as f64).sqrt().recip();
+                        let want = reference(
+                            q.clone(),
+                            k.clone(),
+                            v.clone(),
+                            alibi.bias(q_len, k_len),
+                            scale,
+                            causal,
+                        );
+                        let got = attend(q, k, v, &alibi, scale, causal);
+                        // Each key adds its roundings to an online softmax's running sums (the
+                        // WGPU kernel), in another order than the two-pass reference's, so the two
+                        // drift apart like the square root of the keys: up to 8e-7 at 40 keys and
+                        // 1.2e-6 to 2.7e-6 at 300 in runs here (the CPU kernels: under 1e-6).
+                        let tolerance = 2e-6 * (k_len as f32 / 40.0).sqrt().max(1.0);
+                        assert_close(&got.into_data(), &floats(&want.into_data()), tolerance);
+                    }
                 }
             }
         }
-    }
 
-    fn kernel_equals_the_reference(backend: &str) {
-        equals_the_reference(
-            &positional::testing::device(backend),
-            |q, k, v, alibi, scale, causal| {
-                assert!(available(&q), "no ALiBi kernel on {backend}");
-                alibi_attention(q, k, v, alibi.slopes(), scale, causal)
-            },
-        );
-    }
+        fn kernel_equals_the_reference(backend: &str) {
+            equals_the_reference(
+                &positional::testing::device(backend),
+                |q, k, v, alibi, scale, causal| {
+                    assert!(available(&q), "no ALiBi kernel on {backend}");
+                    alibi_attention(q, k, v, alibi.slopes(), scale, causal)
+                },
+            );
+        }
 
-    #[cfg(feature = "wgpu")]
-    #[test]
-    fn wgpu_kernel_equals_the_reference() {
-        kernel_equals_the_reference("wgpu");
-    }
+        #[cfg(feature = "wgpu")]
+        #[test]
+        fn wgpu_kernel_equals_the_reference() {
+            kernel_equals_the_reference("wgpu");
+        }
 
-    #[cfg(feature = "ndarray")]
-    #[test]
-    fn ndarray_kernel_equals_the_reference() {
-        kernel_equals_the_reference("ndarray");
-    }
+        #[cfg(feature = "ndarray")]
+        #[test]
+        fn ndarray_kernel_equals_the_reference() {
+            kernel_equals_the_reference("ndarray");
+        }
 
-    #[cfg(feature = "tch")]
-    #[test]
-    fn tch_kernel_equals_the_reference() {
-        kernel_equals_the_reference("tch");
+        #[cfg(feature = "tch")]
+        #[test]
+        fn tch_kernel_equals_the_reference() {
+            kernel_equals_the_reference("tch");
+        }
     }
 
     /// Attention without a bias takes the kernel only where Burn's own is its unfused fallback
