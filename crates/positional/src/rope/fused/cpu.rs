@@ -1,14 +1,13 @@
 //! The rotation on the CPU backends: one read of `x`, one write of the output, rows split across
 //! rayon's threads. A tensor the call owns alone, with rows that fill its buffer, is rotated in
-//! place ([`rotate_in_place`]). A large new output is written with streaming stores
-//! (`row_tasks::STREAMING_ELEMENTS`): each row is rotated in a scratch row, then stored.
+//! place ([`rotate_in_place`]).
 //!
 //! Each product and sum is the one the tensor-op path computes, in the same order and without
 //! fused multiply-adds (Rust does not contract them), so the results are bit for bit the same.
 
 use std::mem::MaybeUninit;
 
-use crate::row_tasks::{STREAMING_ELEMENTS, in_tasks, streaming};
+use crate::row_tasks::in_tasks;
 
 /// A `[batch, heads, seq, head_dim]` view of a buffer: element `[b, h, s, i]` is at
 /// `offset + b * strides[0] + h * strides[1] + s * strides[2] + i`.
@@ -135,18 +134,9 @@ pub(super) fn rotate_into(
     let rows = Rows::new(x, view, tables, interleaved, inverse, out.len());
     // Every value of `out` is written: `in_tasks` hands each run of whole rows to
     // `Rows::write` exactly once, and that writes every value of every row (`rotate_half` /
-    // `rotate_pairs` each of the first `rotary_dim`, the loop after them each of the rest;
-    // streaming, `streaming::copy` each of a whole row).
-    let streaming = out.len() >= STREAMING_ELEMENTS;
+    // `rotate_pairs` each of the first `rotary_dim`, the loop after them each of the rest).
     in_tasks(out, view.shape[3], |first, run| {
-        rows.write(
-            first,
-            if streaming {
-                Output::NewStreaming(run)
-            } else {
-                Output::New(run)
-            },
-        )
+        rows.write(first, Output::New(run))
     });
     rows.order
 }
@@ -195,9 +185,6 @@ impl RowView {
 enum Output<'a> {
     /// A new buffer, each value written once.
     New(&'a mut [MaybeUninit<f32>]),
-    /// A new buffer of at least `STREAMING_ELEMENTS` values, each written once, with streaming
-    /// stores.
-    NewStreaming(&'a mut [MaybeUninit<f32>]),
     /// The input's own rows, which are the input: `Rows::x` is not read.
     InPlace(&'a mut [f32]),
 }
@@ -344,23 +331,6 @@ impl<'a> Rows<'a> {
                         *out = MaybeUninit::new(passing);
                     }
                 }
-            }
-            // The row is copied, rotated in place in cache, and stored: the floats of
-            // `Output::InPlace`, which are those of `Output::New`.
-            Output::NewStreaming(out) => {
-                let mut row = vec![0.0; head_dim];
-                for (out, [start, angle]) in out.chunks_exact_mut(head_dim).zip(self.starts(first))
-                {
-                    row.copy_from_slice(&self.x[start..][..head_dim]);
-                    let (cos, sin) = angles(angle);
-                    if INTERLEAVED {
-                        rotate_pairs_in_place::<INVERSE>(&mut row, cos, sin);
-                    } else {
-                        rotate_half_in_place::<INVERSE>(&mut row, cos, sin);
-                    }
-                    streaming::copy(out, &row);
-                }
-                streaming::finish();
             }
             // The features past `rotary_dim` are already where they belong.
             Output::InPlace(rows) => {
@@ -643,20 +613,12 @@ mod tests {
 
     /// In place and into a new buffer, the same rows give the same floats, for dense data in
     /// `[batch, heads, seq, head_dim]` order and in `[batch, seq, heads, head_dim]` order read
-    /// through swapped axes; both layouts, forward and inverse, full and partial rotary; for a
-    /// small output and one written with streaming stores.
+    /// through swapped axes; both layouts, forward and inverse, full and partial rotary.
     // `rotate` (into a new buffer) is flex's and ndarray's; LibTorch writes into torch's tensor.
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     #[test]
     fn in_place_equals_new_buffer() {
-        in_place_equals_new_buffer_at([2, 3, 5, 8]);
-        let streamed = [2, 4, 2048, 128];
-        assert!(streamed.iter().product::<usize>() >= STREAMING_ELEMENTS);
-        in_place_equals_new_buffer_at(streamed);
-    }
-
-    #[cfg(any(feature = "flex", feature = "ndarray"))]
-    fn in_place_equals_new_buffer_at([batch, heads, seq, head_dim]: [usize; 4]) {
+        let [batch, heads, seq, head_dim] = [2, 3, 5, 8];
         let x = varied(batch * heads * seq * head_dim, 0.5);
         let contiguous = [heads * seq * head_dim, seq * head_dim, head_dim];
         let seq_major = [seq * heads * head_dim, head_dim, heads * head_dim];
@@ -667,16 +629,15 @@ mod tests {
                 offset: 0,
             };
             assert!(view.is_dense());
-            for rotary_dim in [head_dim, head_dim / 2] {
-                let positions = seq + 4;
+            for rotary_dim in [head_dim, 4] {
                 let (cos, sin) = (
-                    varied(2 * positions * rotary_dim, 1.0),
-                    varied(2 * positions * rotary_dim, 2.0),
+                    varied(2 * 9 * rotary_dim, 1.0),
+                    varied(2 * 9 * rotary_dim, 2.0),
                 );
                 let tables = Tables {
                     cos: &cos,
                     sin: &sin,
-                    shape: [2, positions, rotary_dim],
+                    shape: [2, 9, rotary_dim],
                     offset: 3,
                 };
                 for interleaved in [false, true] {
