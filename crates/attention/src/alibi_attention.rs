@@ -39,9 +39,10 @@ use burn::tensor::{DType, Tensor};
     LibTorch: cfg(feature = "tch"),
 )]
 pub trait AlibiAttentionBackend: burn::backend::Backend {
-    /// `softmax(q k^T * scale + bias + causal) v` with `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`,
-    /// the bias of [`positional::Alibi::bias`]: queries are the last `q_len` of the `k_len` key
-    /// positions, `q_pos_i = k_len - q_len + i`, and `causal` hides the keys after each query.
+    /// `softmax(q k^T * scale + bias + causal) v` with
+    /// `bias[h, i, j] = -slopes[h] * |q_pos_i - j|`, the bias of [`positional::Alibi::bias`]:
+    /// queries are the last `q_len` of the `k_len` key positions, `q_pos_i = k_len - q_len + i`,
+    /// and `causal` hides the keys after each query.
     ///
     /// # Shapes
     /// - `q`: `[batch, heads, q_len, head_dim]`, `q_len <= k_len`; `k`, `v`: `[batch, heads,
@@ -160,11 +161,12 @@ mod tests {
             softmax(scores, 3).matmul(v)
         }
 
-        /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the kernel
-        /// unrolls (64) and one it does not divide evenly into vectors (6), queries that are all of
-        /// the keys or their last few (a chunk after a cache), scores few enough for one CPU thread
-        /// and enough to be split across threads (200 x 300), with and without a causal mask, on
-        /// `[batch, seq, heads, head_dim]` data read through swapped axes as the module hands it over.
+        /// `attend(q, k, v, alibi, scale, causal)` against the reference: a head size the
+        /// kernel unrolls (64) and one it does not divide evenly into vectors (6), queries that
+        /// are all of the keys or their last few (a chunk after a cache), scores few enough for
+        /// one CPU thread and enough to be split across threads (200 x 300), with and without a
+        /// causal mask, on `[batch, seq, heads, head_dim]` data read through swapped axes as the
+        /// module hands it over.
         fn equals_the_reference(
             device: &Device,
             attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
