@@ -260,7 +260,7 @@ impl MultiHeadAttention {
         k: Tensor<4>,
         v: Tensor<4>,
     ) -> Result<Tensor<4>, AttentionError> {
-        let [batch, heads, q_len, _] = q.dims();
+        let [_, heads, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         let is_causal = self.config.causal && q_len > 1;
         let bias = match &self.alibi {
@@ -286,12 +286,11 @@ impl MultiHeadAttention {
                     is_causal,
                 ));
             }
-            Some(alibi) => Some(
-                alibi
-                    .try_bias(q_len, k_len)?
-                    .unsqueeze::<4>()
-                    .expand([batch, heads, q_len, k_len]),
-            ),
+            // `[1, heads, q_len, k_len]`, not expanded over the batch: flex reads a bias with a
+            // batch of one for every batch row, but makes an expanded one contiguous, a whole
+            // `[batch, heads, q_len, k_len]` copy per call; the other backends add it to the
+            // scores with broadcasting either way.
+            Some(alibi) => Some(alibi.try_bias(q_len, k_len)?.unsqueeze::<4>()),
             None => None,
         };
         let options = AttentionModuleOptions {

@@ -42,3 +42,34 @@ pub(crate) fn flex_contiguous(
         tensor.to_contiguous()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row of an output large enough to be split into tasks is written once, by the task
+    /// told its index: called from outside rayon's pool and from inside it.
+    #[test]
+    fn every_row_once_with_its_index() {
+        let row_len = 96;
+        let rows = 3 * SERIAL_ELEMENTS / row_len + 7;
+        let fill = |out: &mut [u32]| {
+            in_tasks(out, row_len, |first, run| {
+                for (row, values) in run.chunks_exact_mut(row_len).enumerate() {
+                    for value in values {
+                        *value += (first + row) as u32 + 1;
+                    }
+                }
+            })
+        };
+        let expected: Vec<u32> = (0..rows * row_len)
+            .map(|i| (i / row_len) as u32 + 1)
+            .collect();
+        let mut outside = vec![0; rows * row_len];
+        fill(&mut outside);
+        assert_eq!(outside, expected);
+        let mut inside = vec![0; rows * row_len];
+        rayon::scope(|_| fill(&mut inside));
+        assert_eq!(inside, expected);
+    }
+}
