@@ -28,7 +28,7 @@ impl TorchVenv {
                 "xtask: installing torch=={TORCH_VERSION} into {} (first run only)",
                 venv.display()
             );
-            let system_python = find_system_python(sh)?;
+            let system_python = find_system_python()?;
             cmd!(sh, "{system_python} -m venv {venv}")
                 .run()
                 .context("creating the PyTorch venv (on Debian: apt-get install python3-venv)")?;
@@ -87,18 +87,21 @@ fn has_torch(sh: &Shell, python: &Path) -> bool {
             .is_ok()
 }
 
-fn find_system_python(sh: &Shell) -> anyhow::Result<String> {
+/// The first Python 3 that can make a venv with pip in it (`venv` and `ensurepip`: Debian ships
+/// the second in `python3-venv`).
+pub fn find_system_python() -> anyhow::Result<String> {
     for candidate in ["python3.11", "python3.12", "python3.10", "python3"] {
-        if cmd!(sh, "{candidate} -c 'import venv'")
-            .quiet()
-            .ignore_stderr()
-            .run()
-            .is_ok()
-        {
+        let usable = std::process::Command::new(candidate)
+            .args(["-c", "import venv, ensurepip"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if usable {
             return Ok(candidate.to_owned());
         }
     }
     bail!(
-        "no Python 3 with the venv module found (on Debian: apt-get install python3 python3-venv)"
+        "no Python 3 with the venv and ensurepip modules found (on Debian: apt-get install python3 python3-venv)"
     )
 }

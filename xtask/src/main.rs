@@ -8,6 +8,7 @@
 mod bench;
 mod example;
 mod libtorch;
+mod preflight;
 mod test_backends;
 
 use std::path::PathBuf;
@@ -21,6 +22,10 @@ fn main() -> anyhow::Result<()> {
     let rest: Vec<String> = args.collect();
     let sh = Shell::new()?;
     sh.change_dir(project_root());
+    if matches!(command.as_str(), "test-backends" | "bench" | "example") {
+        // Each builds every backend: what the build needs is checked before it starts.
+        preflight::check()?;
+    }
     match command.as_str() {
         "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
         "bench" => bench::run(&sh, &rest),

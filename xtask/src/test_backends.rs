@@ -76,7 +76,6 @@ impl TestBackends {
 
     pub fn run(&self, sh: &Shell) -> anyhow::Result<()> {
         let started = Instant::now();
-        check_vulkan();
         let torch = TorchVenv::provision(sh)?;
         let _env = torch.activate(sh);
 
@@ -153,18 +152,26 @@ struct Counts {
     pending: usize,
 }
 
-/// The shared reference cases (or `POSITIONAL_CASES_DIR` in their place), then the project's own.
+/// The case directories: the repository's copy of the public reference cases (or the
+/// directories of `POSITIONAL_CASES_DIR`, a `:`-separated list, in their place), then the
+/// project's own cases, which always run.
 fn case_dirs() -> anyhow::Result<Vec<PathBuf>> {
-    let root = crate::project_root();
-    let shared = crate::env_path("POSITIONAL_CASES_DIR")?
-        .unwrap_or_else(|| root.join("../shared/conformance/cases"));
-    if !shared.is_dir() {
-        bail!(
-            "case directory {} does not exist (set POSITIONAL_CASES_DIR)",
-            shared.display()
-        );
+    let cases = crate::project_root().join("crates/conformance/cases");
+    let mut dirs = match std::env::var_os("POSITIONAL_CASES_DIR") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => vec![cases.join("public")],
+    };
+    dirs.push(cases.join("project"));
+    for dir in &dirs {
+        if !dir.is_dir() {
+            bail!(
+                "case directory {} does not exist (POSITIONAL_CASES_DIR: {:?})",
+                dir.display(),
+                std::env::var_os("POSITIONAL_CASES_DIR")
+            );
+        }
     }
-    Ok(vec![shared, root.join("crates/conformance/cases")])
+    Ok(dirs)
 }
 
 fn run_suite(
@@ -295,20 +302,4 @@ fn print_matrix(
         }
     }
     counts
-}
-
-/// WGPU needs a Vulkan driver; on a machine without a GPU that is Mesa's lavapipe. Its absence is
-/// reported here and shows as a failing backend in the matrix, never as a skip.
-fn check_vulkan() {
-    let has_icd = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"]
-        .iter()
-        .any(|dir| {
-            std::fs::read_dir(dir)
-                .is_ok_and(|entries| entries.filter_map(Result::ok).next().is_some())
-        });
-    if !has_icd {
-        eprintln!(
-            "xtask: no Vulkan driver found; WGPU will fail. On Debian: apt-get install -y mesa-vulkan-drivers libvulkan1"
-        );
-    }
 }

@@ -23,7 +23,7 @@
 
 #[cfg(feature = "ndarray")]
 mod cpu;
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "tch")]
 mod torch;
@@ -34,8 +34,8 @@ use burn::tensor::{DType, Tensor};
 /// Attention with ALiBi, computing the bias itself.
 #[backend_extension(
     NdArray: cfg(feature = "ndarray"),
-    Cube: cfg(feature = "wgpu"),
-    Fusion: cfg(feature = "wgpu"),
+    Cube: cfg(feature = "cube"),
+    Fusion: cfg(feature = "cube"),
     LibTorch: cfg(feature = "tch"),
 )]
 pub trait AlibiAttentionBackend: burn::backend::Backend {
@@ -111,7 +111,7 @@ fn has_kernel(device: &DispatchDevice, dtype: DType) -> bool {
         // The kernels are written for f32.
         #[cfg(feature = "ndarray")]
         DispatchDevice::NdArray(_) => dtype == DType::F32,
-        #[cfg(feature = "wgpu")]
+        #[cfg(feature = "cube")]
         DispatchDevice::Cube(_) => dtype == DType::F32,
         // Torch's SDPA takes every float dtype.
         #[cfg(feature = "tch")]

@@ -30,6 +30,9 @@ fn main() -> ExitCode {
         }
     };
     println!("backend\t{backend}\tready\t{device:?}");
+    // A case name is its row in the matrix: a second case of the same name (from another
+    // directory) gets its directory added, so that neither hides the other.
+    let mut seen = std::collections::BTreeSet::new();
     for dir in &dirs {
         let files = match Case::files_in(dir) {
             Ok(files) => files,
@@ -53,6 +56,11 @@ fn main() -> ExitCode {
                 Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
                 Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
                 Outcome::Pending(detail) => ("pending", "-".into(), detail),
+            };
+            let name = if seen.insert(name.clone()) {
+                name
+            } else {
+                format!("{name} ({})", dir.display())
             };
             println!("case\t{name}\t{status}\t{max_error}\t{}", one_line(&detail));
         }

@@ -22,7 +22,7 @@
 mod autodiff;
 #[cfg(any(feature = "flex", feature = "ndarray", feature = "tch"))]
 mod cpu;
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "tch")]
 mod torch;
@@ -37,8 +37,8 @@ use super::RopeLayout;
 #[backend_extension(
     Flex: cfg(feature = "flex"),
     NdArray: cfg(feature = "ndarray"),
-    Cube: cfg(feature = "wgpu"),
-    Fusion: cfg(feature = "wgpu"),
+    Cube: cfg(feature = "cube"),
+    Fusion: cfg(feature = "cube"),
     LibTorch: cfg(feature = "tch"),
     Autodiff,
 )]
@@ -106,7 +106,7 @@ pub(super) fn has_kernel(device: &DispatchDevice) -> bool {
         DispatchDevice::Flex(_) => true,
         #[cfg(feature = "ndarray")]
         DispatchDevice::NdArray(_) => true,
-        #[cfg(feature = "wgpu")]
+        #[cfg(feature = "cube")]
         DispatchDevice::Cube(_) => true,
         #[cfg(feature = "tch")]
         DispatchDevice::LibTorch(_) => true,
