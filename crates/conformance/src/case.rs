@@ -1,4 +1,4 @@
-//! Reading case files (format: `../shared/conformance/SCHEMA.md`).
+//! Reading case files (format: this crate's `README.md`).
 
 use std::path::{Path, PathBuf};
 
