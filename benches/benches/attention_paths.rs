@@ -4,6 +4,9 @@
 //!
 //! Model: d_model 512, 8 heads of 64, causal; sequence 512, batch 1; without a bias and with ALiBi.
 //!
+//! The options of real model families that leave the fused path (soft-capping, a sliding window
+//! that hides keys, sinks) on the same model, to measure what the explicit path costs them.
+//!
 //! Then Burn's `module::attention` alone on `[1, 8, 512, 64]` queries, keys and values: without a
 //! bias, with the ALiBi bias built once and reused by every call, and with it built in every
 //! call (what our module does): what reusing a bias per length would save.
@@ -46,6 +49,30 @@ fn run(bencher: Bencher, backend: &str, alibi: bool, path: Path) {
     benches::bench_synced(bencher, &device, || {
         module.forward(x.clone(), no_padding.clone())
     });
+}
+
+/// One option of a real family, on the fused path's model.
+#[derive(Debug, Clone, Copy)]
+enum FamilyOption {
+    /// Gemma 2's `attn_logit_softcapping` 50.
+    Softcap,
+    /// Mistral's sliding window, at a quarter of the sequence.
+    Window,
+    /// gpt-oss's sink logits.
+    Sinks,
+}
+
+fn run_option(bencher: Bencher, backend: &str, option: FamilyOption) {
+    let device: Device = positional::testing::device(backend);
+    let config = MultiHeadAttentionConfig::new(512, 8).with_causal(true);
+    let config = match option {
+        FamilyOption::Softcap => config.with_softcap(Some(50.0)),
+        FamilyOption::Window => config.with_sliding_window(Some(SEQ / 4)),
+        FamilyOption::Sinks => config.with_sinks(true),
+    };
+    let module: MultiHeadAttention = config.init(&device);
+    let x = Tensor::<3>::random([1, SEQ, 512], Distribution::Normal(0.0, 1.0), &device);
+    benches::bench_synced(bencher, &device, || module.forward(x.clone(), None));
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +129,21 @@ macro_rules! paths {
             #[divan::bench(sample_count = 20)]
             fn explicit_alibi(bencher: Bencher) {
                 run(bencher, $feature, true, Path::Explicit);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn option_softcap(bencher: Bencher) {
+                run_option(bencher, $feature, FamilyOption::Softcap);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn option_window(bencher: Bencher) {
+                run_option(bencher, $feature, FamilyOption::Window);
+            }
+
+            #[divan::bench(sample_count = 20)]
+            fn option_sinks(bencher: Bencher) {
+                run_option(bencher, $feature, FamilyOption::Sinks);
             }
 
             #[divan::bench(sample_count = 20)]

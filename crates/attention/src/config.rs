@@ -1,11 +1,12 @@
 //! Attention configuration, with the positional scheme as one enum.
 
 use burn::config::Config;
+use burn::module::Param;
 use burn::nn::{DropoutConfig, LinearConfig};
-use burn::tensor::Device;
-use positional::{AlibiConfig, RotaryEncodingConfig};
+use burn::tensor::{Device, Tensor};
+use positional::{AlibiConfig, RelativePositionBiasConfig, RotaryEncodingConfig};
 
-use crate::attention::MultiHeadAttention;
+use crate::attention::{HeadNorm, MultiHeadAttention};
 use crate::error::{AttentionError, or_panic};
 
 /// Where attention gets position information from.
@@ -18,14 +19,31 @@ pub enum PositionalScheme {
     /// No position information inside attention: NoPE (Kazemnejad et al., 2023) for a causal
     /// model, or a model with absolute encodings on its embeddings.
     None,
-    /// Queries and keys rotated by their positions (RoPE). `head_dim` must be
-    /// `d_model / n_heads`.
+    /// Queries and keys rotated by their positions (RoPE). Its `head_dim` must be the
+    /// attention's [`head_dim`](MultiHeadAttentionConfig::head_dim).
     Rope(RotaryEncodingConfig),
-    /// A per-head linear distance penalty on the scores (ALiBi).
+    /// A per-head linear distance penalty on the scores (ALiBi; BLOOM and MPT).
     Alibi {
-        /// The slopes' exponent scale, 8 in the paper.
+        /// The slopes' exponent scale, 8 in the paper (MPT's `alibi_bias_max`).
         max_bias: f64,
     },
+    /// T5's learned bias per bucket of relative distance, added to the scores. Its `n_heads`
+    /// must be the attention's. T5 computes it in the first layer and every later layer adds the
+    /// same: build those with [`PositionalScheme::None`] and hand them the first layer's bias
+    /// ([`AttentionInputs::with_bias`](crate::AttentionInputs::with_bias)).
+    Relative(RelativePositionBiasConfig),
+}
+
+/// RMSNorm over each head's features of the queries and keys, before RoPE (QK-norm: Qwen3,
+/// Gemma 3, OLMo 2's per-head form): `x / sqrt(mean(x^2) + eps) * w`, or `* (1 + w)`.
+#[derive(Config, Debug, PartialEq)]
+pub struct QkNormConfig {
+    /// Added to the mean square (`rms_norm_eps`).
+    pub eps: f64,
+    /// Whether the weight multiplies as `1 + w` (Gemma, whose weights start at 0) instead of `w`
+    /// (Qwen3). Defaults to false.
+    #[config(default = false)]
+    pub unit_offset: bool,
 }
 
 /// Configuration of [`MultiHeadAttention`].
@@ -40,9 +58,42 @@ pub struct MultiHeadAttentionConfig {
     /// Query head `h` uses key/value head `h / (n_heads / n_kv_heads)`.
     #[config(default = "None")]
     pub n_kv_heads: Option<usize>,
-    /// Whether the four projections have biases. Defaults to false, as Llama.
+    /// Width of one head. `None` (the default) is `d_model / n_heads`; Qwen3, Gemma 2/3 and T5
+    /// set it apart (the projections are then `d_model -> n_heads * head_dim` and back).
+    #[config(default = "None")]
+    pub head_dim: Option<usize>,
+    /// Whether the query projection has a bias. Defaults to false, as Llama.
     #[config(default = false)]
-    pub bias: bool,
+    pub query_bias: bool,
+    /// Whether the key projection has a bias. Defaults to false.
+    #[config(default = false)]
+    pub key_bias: bool,
+    /// Whether the value projection has a bias. Defaults to false.
+    #[config(default = false)]
+    pub value_bias: bool,
+    /// Whether the output projection has a bias. Defaults to false (Qwen2 has biases on the
+    /// other three only).
+    #[config(default = false)]
+    pub output_bias: bool,
+    /// Multiplies `q k^T`. `None` (the default) is `1 / sqrt(head_dim)`; Gemma's is
+    /// `query_pre_attn_scalar^-0.5`, T5's 1.
+    #[config(default = "None")]
+    pub scale: Option<f64>,
+    /// Logit soft-capping (Gemma 2): scores become `cap * tanh(scores / cap)` after scaling,
+    /// before biases and masks. Defaults to none.
+    #[config(default = "None")]
+    pub softcap: Option<f64>,
+    /// RMSNorm of each head's queries and keys before RoPE. Defaults to none.
+    #[config(default = "None")]
+    pub qk_norm: Option<QkNormConfig>,
+    /// Sliding-window attention (Mistral, Gemma 2/3, gpt-oss): the query at index `i` sees the
+    /// keys at indices `(i - window, i]` only. Defaults to none (every earlier key).
+    #[config(default = "None")]
+    pub sliding_window: Option<usize>,
+    /// Attention sinks (gpt-oss): a learned logit per head that joins every row's softmax as one
+    /// more key with no value, so a row's weights can sum to less than 1. Defaults to false.
+    #[config(default = false)]
+    pub sinks: bool,
     /// Dropout on the attention weights while training. Defaults to 0.
     #[config(default = 0.0)]
     pub dropout: f64,
@@ -55,9 +106,9 @@ pub struct MultiHeadAttentionConfig {
 }
 
 impl MultiHeadAttentionConfig {
-    /// Width of one head, `d_model / n_heads`.
+    /// Width of one head: `head_dim`, else `d_model / n_heads`.
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads.max(1)
+        self.head_dim.unwrap_or(self.d_model / self.n_heads.max(1))
     }
 
     /// Number of key/value heads.
@@ -65,43 +116,83 @@ impl MultiHeadAttentionConfig {
         self.n_kv_heads.unwrap_or(self.n_heads)
     }
 
+    /// The same biases on all four projections (true: all of them, as BERT and GPT-2).
+    pub fn with_biases(self, bias: bool) -> Self {
+        self.with_query_bias(bias)
+            .with_key_bias(bias)
+            .with_value_bias(bias)
+            .with_output_bias(bias)
+    }
+
+    /// The multiplier of `q k^T`: `scale`, else `1 / sqrt(head_dim)`.
+    pub fn score_scale(&self) -> f64 {
+        self.scale
+            .unwrap_or_else(|| (self.head_dim() as f64).sqrt().recip())
+    }
+
     /// Checks every field and their combinations.
     pub fn validate(&self) -> Result<(), AttentionError> {
-        if self.d_model == 0 {
-            return Err(AttentionError::config(
-                "d_model",
-                self.d_model,
-                "must be at least 1",
-            ));
-        }
-        if self.n_heads == 0 {
-            return Err(AttentionError::config(
-                "n_heads",
-                self.n_heads,
-                "must be at least 1",
-            ));
-        }
-        if !self.d_model.is_multiple_of(self.n_heads) {
-            return Err(AttentionError::config(
-                "n_heads",
-                self.n_heads,
-                format!("must divide d_model ({})", self.d_model),
-            ));
+        let at_least_one = |field: &'static str, value: usize| {
+            if value == 0 {
+                Err(AttentionError::config(field, value, "must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("d_model", self.d_model)?;
+        at_least_one("n_heads", self.n_heads)?;
+        match self.head_dim {
+            Some(head_dim) => at_least_one("head_dim", head_dim)?,
+            None if !self.d_model.is_multiple_of(self.n_heads) => {
+                return Err(AttentionError::config(
+                    "n_heads",
+                    self.n_heads,
+                    format!(
+                        "must divide d_model ({}) when head_dim is not given",
+                        self.d_model
+                    ),
+                ));
+            }
+            None => {}
         }
         let kv_heads = self.kv_heads();
-        if kv_heads == 0 {
-            return Err(AttentionError::config(
-                "n_kv_heads",
-                kv_heads,
-                "must be at least 1",
-            ));
-        }
+        at_least_one("n_kv_heads", kv_heads)?;
         if !self.n_heads.is_multiple_of(kv_heads) {
             return Err(AttentionError::config(
                 "n_kv_heads",
                 kv_heads,
                 format!("must divide n_heads ({})", self.n_heads),
             ));
+        }
+        if let Some(scale) = self.scale
+            && !(scale.is_finite() && scale > 0.0)
+        {
+            return Err(AttentionError::config(
+                "scale",
+                scale,
+                "must be a positive finite number",
+            ));
+        }
+        if let Some(cap) = self.softcap
+            && !(cap.is_finite() && cap > 0.0)
+        {
+            return Err(AttentionError::config(
+                "softcap",
+                cap,
+                "must be a positive finite number",
+            ));
+        }
+        if let Some(norm) = &self.qk_norm
+            && !(norm.eps.is_finite() && norm.eps > 0.0)
+        {
+            return Err(AttentionError::config(
+                "qk_norm.eps",
+                norm.eps,
+                "must be a positive finite number",
+            ));
+        }
+        if let Some(window) = self.sliding_window {
+            at_least_one("sliding_window", window)?;
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(AttentionError::config(
@@ -116,7 +207,7 @@ impl MultiHeadAttentionConfig {
                     return Err(AttentionError::config(
                         "positional.head_dim",
                         rope.head_dim,
-                        format!("must equal d_model / n_heads ({})", self.head_dim()),
+                        format!("must equal the attention's head_dim ({})", self.head_dim()),
                     ));
                 }
                 rope.validate()?;
@@ -126,41 +217,59 @@ impl MultiHeadAttentionConfig {
                     .with_max_bias(*max_bias)
                     .validate()?;
             }
+            PositionalScheme::Relative(relative) => {
+                if relative.n_heads != self.n_heads {
+                    return Err(AttentionError::config(
+                        "positional.n_heads",
+                        relative.n_heads,
+                        format!("must equal n_heads ({})", self.n_heads),
+                    ));
+                }
+                relative.validate()?;
+            }
             PositionalScheme::None => {}
         }
         Ok(())
     }
 
-    /// Builds the module with freshly initialised projections.
+    /// Builds the module with freshly initialised projections (sinks and QK-norm weights start
+    /// at 0 and 1: the identity of `w`, or 0 for `1 + w`).
     pub fn try_init(&self, device: &Device) -> Result<MultiHeadAttention, AttentionError> {
         self.validate()?;
-        let kv_width = self.kv_heads() * self.head_dim();
-        let linear = |d_output| {
-            LinearConfig::new(self.d_model, d_output)
-                .with_bias(self.bias)
+        let head_dim = self.head_dim();
+        let (q_width, kv_width) = (self.n_heads * head_dim, self.kv_heads() * head_dim);
+        let linear = |d_input, d_output, bias| {
+            LinearConfig::new(d_input, d_output)
+                .with_bias(bias)
                 .init(device)
         };
-        let (rope, alibi) = match &self.positional {
-            PositionalScheme::None => (None, None),
-            PositionalScheme::Rope(rope) => (Some(rope.try_init(device)?), None),
-            PositionalScheme::Alibi { max_bias } => (
-                None,
-                Some(
+        let (mut rope, mut alibi, mut relative) = (None, None, None);
+        match &self.positional {
+            PositionalScheme::None => {}
+            PositionalScheme::Rope(config) => rope = Some(config.try_init(device)?),
+            PositionalScheme::Alibi { max_bias } => {
+                alibi = Some(
                     AlibiConfig::new(self.n_heads)
                         .with_max_bias(*max_bias)
                         .try_init(device)?,
-                ),
-            ),
-        };
+                )
+            }
+            PositionalScheme::Relative(config) => relative = Some(config.try_init(device)?),
+        }
+        let head_norm = |norm: &QkNormConfig| HeadNorm::new(head_dim, norm, device);
         Ok(MultiHeadAttention {
-            query: linear(self.d_model),
-            key: linear(kv_width),
-            value: linear(kv_width),
-            output: LinearConfig::new(self.d_model, self.d_model)
-                .with_bias(self.bias)
-                .init(device),
+            query: linear(self.d_model, q_width, self.query_bias),
+            key: linear(self.d_model, kv_width, self.key_bias),
+            value: linear(self.d_model, kv_width, self.value_bias),
+            output: linear(q_width, self.d_model, self.output_bias),
+            query_norm: self.qk_norm.as_ref().map(head_norm),
+            key_norm: self.qk_norm.as_ref().map(head_norm),
+            sinks: self
+                .sinks
+                .then(|| Param::from_tensor(Tensor::zeros([self.n_heads], device))),
             rope,
             alibi,
+            relative,
             dropout: DropoutConfig::new(self.dropout).init(),
             config: self.clone(),
         })

@@ -1,75 +1,44 @@
-//! Loading attention weights from a PyTorch / Hugging Face checkpoint in safetensors format.
+//! Loading attention weights from a PyTorch / Hugging Face checkpoint in safetensors format, under
+//! Llama's names; [`crate::huggingface`] reads every supported family's names and layouts.
 
 use std::path::Path;
 
-use burn::store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
-
 use crate::MultiHeadAttention;
 use crate::error::AttentionError;
+use crate::huggingface::{AttentionNames, Checkpoint, ProjectionLayout, load_layer_with};
 
 impl MultiHeadAttention {
     /// Loads `q_proj`, `k_proj`, `v_proj` and `o_proj` (weights `[out, in]`, and biases when the
     /// config has them) found under `prefix` in a safetensors file, the names Hugging Face Llama,
-    /// Mistral and Qwen checkpoints use (`model.layers.0.self_attn.` is a prefix).
+    /// Mistral and Qwen checkpoints use (`model.layers.0.self_attn.` is a prefix). Tensors stored
+    /// in bf16, f16 or f64 are converted to f32.
     ///
-    /// Every projection must be present with its exact shape; other tensors in the file are
-    /// ignored.
+    /// Every projection must be present with its exact shape, and every other tensor under
+    /// `prefix` is an error (a bias the config does not expect is not dropped in silence); tensors
+    /// elsewhere in the file are ignored.
     pub fn try_load_safetensors(
-        mut self,
+        self,
         path: impl AsRef<Path>,
         prefix: &str,
     ) -> Result<Self, AttentionError> {
-        let path = path.as_ref();
-        let escaped = regex_escape(prefix);
-        let mut store = SafetensorsStore::from_file(path)
-            .with_from_adapter(PyTorchToBurnAdapter)
-            .with_key_remapping(format!("^{escaped}q_proj\\."), "query.")
-            .with_key_remapping(format!("^{escaped}k_proj\\."), "key.")
-            .with_key_remapping(format!("^{escaped}v_proj\\."), "value.")
-            .with_key_remapping(format!("^{escaped}o_proj\\."), "output.")
-            .allow_partial(true);
-        let result = self.load_from(&mut store).map_err(|e| {
-            AttentionError::input(
-                "path",
-                path,
-                format!("is not a readable safetensors file: {e}"),
-            )
-        })?;
-        // Projections that did not load show up as missing (their shapes as errors).
-        if !result.errors.is_empty() {
-            return Err(AttentionError::input(
-                "path",
-                path,
-                format!("holds projections that do not fit: {:?}", result.errors),
-            ));
-        }
-        let missing: Vec<&String> = result
-            .missing
-            .iter()
-            .map(|(name, _)| name)
-            .filter(|name| !name.starts_with("rope") && !name.starts_with("alibi"))
-            .collect();
-        if !missing.is_empty() {
-            return Err(AttentionError::input(
-                "path",
-                path,
-                format!("lacks {missing:?} under prefix {prefix:?}"),
-            ));
-        }
-        Ok(self)
+        let name = |projection: &str| format!("{prefix}{projection}");
+        let names = AttentionNames {
+            scopes: vec![prefix.to_owned()],
+            projections: ProjectionLayout::Separate {
+                query: name("q_proj"),
+                key: name("k_proj"),
+                value: name("v_proj"),
+                output: name("o_proj"),
+            },
+            qk_norm: None,
+            sinks: None,
+            relative_bias: None,
+            ignored: vec!["rotary_emb.inv_freq"],
+        };
+        let mut checkpoint = Checkpoint::open(path)?;
+        let device = self.query.weight.device();
+        load_layer_with(&names, self.config.clone(), &mut checkpoint, 0, &device)
     }
-}
-
-fn regex_escape(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let special = "\\.+*?()|[]{}^$".contains(c);
-            special
-                .then_some('\\')
-                .into_iter()
-                .chain(std::iter::once(c))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -104,7 +73,7 @@ mod tests {
     fn loads_hugging_face_names_in_pytorch_layout(device: &Device) {
         let config = MultiHeadAttentionConfig::new(8, 2)
             .with_n_kv_heads(Some(1))
-            .with_bias(true);
+            .with_biases(true);
         let random = |shape: Vec<usize>| -> Vec<f32> {
             floats(
                 &Tensor::<1>::random(
@@ -175,7 +144,15 @@ mod tests {
             .init(device)
             .try_load_safetensors(&path, "model.layers.1.self_attn.")
             .unwrap_err();
-        assert!(err.to_string().contains("lacks"), "{err}");
+        assert!(err.to_string().contains("has no tensor"), "{err}");
+
+        // A bias the config does not expect is an error naming it, not dropped.
+        let err = MultiHeadAttentionConfig::new(8, 2)
+            .with_n_kv_heads(Some(1))
+            .init(device)
+            .try_load_safetensors(&path, prefix)
+            .unwrap_err();
+        assert!(err.to_string().contains("q_proj.bias"), "{err}");
         std::fs::remove_file(&path).unwrap();
     }
     for_each_backend!(loads_hugging_face_names_in_pytorch_layout);

@@ -39,11 +39,12 @@ mod attention;
 mod cache;
 mod config;
 pub mod error;
+pub mod huggingface;
 mod import;
 pub mod model;
 
-pub use attention::{LinearWeights, MultiHeadAttention};
+pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
-pub use config::{MultiHeadAttentionConfig, PositionalScheme};
+pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 pub use error::AttentionError;
 pub use model::{Decoder, DecoderConfig, DecoderPositional};

@@ -1,7 +1,9 @@
-//! `conformance --backend NAME --cases DIR [--cases DIR ...]`
+//! `conformance --backend NAME [--cases DIR ...] [--models DIR ...]`
 //!
-//! Runs every case file of the directories on one backend and prints one tab-separated line per
-//! case: `case  NAME  pass|FAIL|pending  MAX_ERROR  DETAIL`, after a first line
+//! Runs every case file of the `--cases` directories and every checkpoint directory inside the
+//! `--models` directories on one backend and prints one tab-separated line per case:
+//! `case  NAME  pass|FAIL|pending  MAX_ERROR  DETAIL` (`checkpoint  NAME ...` for checkpoints),
+//! after a first line
 //! `backend  NAME  ready|FAIL  DETAIL`. A backend that cannot start is reported, not skipped, and
 //! the exit code is 2; otherwise 0 (the caller judges the lines).
 
@@ -10,13 +12,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use burn::tensor::{Device, Tensor};
-use conformance::{Case, Outcome, backends, run_case};
+use conformance::{Case, Outcome, backends, run_case, run_checkpoint};
 
 fn main() -> ExitCode {
-    let (backend, dirs) = match parse_args() {
+    let (backend, dirs, model_dirs) = match parse_args() {
         Ok(args) => args,
         Err(message) => {
-            eprintln!("{message}\nusage: conformance --backend NAME --cases DIR [--cases DIR ...]");
+            eprintln!(
+                "{message}\nusage: conformance --backend NAME [--cases DIR ...] [--models DIR ...]"
+            );
             return ExitCode::from(64);
         }
     };
@@ -52,25 +56,78 @@ fn main() -> ExitCode {
                 }
                 Err(message) => (path.display().to_string(), Outcome::Fail(message)),
             };
-            let (status, max_error, detail) = match outcome {
-                Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
-                Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
-                Outcome::Pending(detail) => ("pending", "-".into(), detail),
-            };
             let name = if seen.insert(name.clone()) {
                 name
             } else {
                 format!("{name} ({})", dir.display())
             };
-            println!("case\t{name}\t{status}\t{max_error}\t{}", one_line(&detail));
+            print_line("case", &name, outcome_fields(outcome));
+        }
+    }
+    for dir in &model_dirs {
+        let checkpoints = match checkpoint_dirs(dir) {
+            Ok(checkpoints) => checkpoints,
+            Err(message) => {
+                print_line(
+                    "checkpoint",
+                    &dir.display().to_string(),
+                    outcome_fields(Outcome::Fail(message)),
+                );
+                continue;
+            }
+        };
+        for checkpoint in checkpoints {
+            let name = checkpoint
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let name = if seen.insert(format!("checkpoint {name}")) {
+                name
+            } else {
+                format!("{name} ({})", dir.display())
+            };
+            let outcome = catch_unwind(AssertUnwindSafe(|| run_checkpoint(&checkpoint, &device)))
+                .unwrap_or_else(|panic| {
+                    Outcome::Fail(format!("panicked: {}", panic_message(&panic)))
+                });
+            print_line("checkpoint", &name, outcome_fields(outcome));
         }
     }
     ExitCode::SUCCESS
 }
 
-fn parse_args() -> Result<(String, Vec<PathBuf>), String> {
+/// Status, largest error and detail of an outcome, as printed.
+fn outcome_fields(outcome: Outcome) -> (&'static str, String, String) {
+    match outcome {
+        Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
+        Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
+        Outcome::Pending(detail) => ("pending", "-".into(), detail),
+    }
+}
+
+fn print_line(kind: &str, name: &str, (status, max_error, detail): (&str, String, String)) {
+    println!(
+        "{kind}\t{name}\t{status}\t{max_error}\t{}",
+        one_line(&detail)
+    );
+}
+
+/// The subdirectories of `dir` (one checkpoint each), sorted by name.
+fn checkpoint_dirs(dir: &std::path::Path) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read checkpoint directory {}: {e}", dir.display()))?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_dir())
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+fn parse_args() -> Result<(String, Vec<PathBuf>, Vec<PathBuf>), String> {
     let mut backend = None;
     let mut dirs = Vec::new();
+    let mut model_dirs = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -78,14 +135,17 @@ fn parse_args() -> Result<(String, Vec<PathBuf>), String> {
             "--cases" => dirs.push(PathBuf::from(
                 args.next().ok_or("--cases needs a directory")?,
             )),
+            "--models" => model_dirs.push(PathBuf::from(
+                args.next().ok_or("--models needs a directory")?,
+            )),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let backend = backend.ok_or("--backend is required")?;
-    if dirs.is_empty() {
-        return Err("at least one --cases directory is required".into());
+    if dirs.is_empty() && model_dirs.is_empty() {
+        return Err("at least one --cases or --models directory is required".into());
     }
-    Ok((backend, dirs))
+    Ok((backend, dirs, model_dirs))
 }
 
 /// Builds the device and proves it computes: `sum([1, 2]) = 3`.

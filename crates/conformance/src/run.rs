@@ -3,7 +3,8 @@
 use std::collections::BTreeSet;
 
 use attention::{
-    AttentionError, KvCache, LinearWeights, MultiHeadAttentionConfig, PositionalScheme,
+    AttentionError, AttentionInputs, KvCache, LinearWeights, MultiHeadAttentionConfig,
+    PositionalScheme,
 };
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use positional::{
@@ -411,7 +412,7 @@ fn attention_config(case: &Case) -> Result<MultiHeadAttentionConfig, Stop> {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
         )
-        .with_bias(config.get("bias").and_then(Value::as_bool).unwrap_or(false))
+        .with_biases(config.get("bias").and_then(Value::as_bool).unwrap_or(false))
         .with_positional(scheme))
 }
 
@@ -447,8 +448,22 @@ fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<()
             })
             .transpose()
     };
+    // Per-token positions (`[batch, seq]`, e.g. `cumsum(mask) - 1` of a left-padded batch) for
+    // RoPE and ALiBi; token indices without them.
+    let positions = case.optional_tensor("positions")?;
+    let inputs = |range: std::ops::Range<usize>| -> Result<AttentionInputs, String> {
+        let mut inputs = AttentionInputs::new();
+        if let Some(padding) = padding(range.clone())? {
+            inputs = inputs.with_padding_mask(padding);
+        }
+        if let Some(positions) = &positions {
+            let positions = int::<2>(positions, &device)?.narrow(1, range.start, range.len());
+            inputs = inputs.with_positions(positions);
+        }
+        Ok(inputs)
+    };
     let input = float::<3>(&x, &device)?.require_grad();
-    let y = module.try_forward(input.clone(), padding(0..seq)?)?;
+    let y = module.try_forward_with(input.clone(), inputs(0..seq)?, None)?;
     check.tensor_rows("y", "y", y.to_data(), real_rows.as_deref());
     if let Some(grad_y) = case.optional_tensor("grad_y")? {
         let row_weights = match &tokens {
@@ -466,16 +481,16 @@ fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<()
         let prefill = prefill as usize;
         let x = float::<3>(&x, &device)?;
         let mut cache = KvCache::new();
-        let mut pieces = vec![module.try_forward_cached(
+        let mut pieces = vec![module.try_forward_with(
             x.clone().narrow(1, 0, prefill),
-            padding(0..prefill)?,
-            &mut cache,
+            inputs(0..prefill)?,
+            Some(&mut cache),
         )?];
         for t in prefill..seq {
-            pieces.push(module.try_forward_cached(
+            pieces.push(module.try_forward_with(
                 x.clone().narrow(1, t, 1),
-                padding(t..t + 1)?,
-                &mut cache,
+                inputs(t..t + 1)?,
+                Some(&mut cache),
             )?);
         }
         let decoded = Tensor::cat(pieces, 1);

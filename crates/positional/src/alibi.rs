@@ -64,6 +64,10 @@ impl AlibiConfig {
 /// `p` the largest power of two below `n`: the `p` slopes of `p` heads, followed by every other
 /// slope of `2p` heads (`k = 1, 3, 5, ...`) until there are `n` (Press et al., section 3; BLOOM's
 /// `build_alibi_tensor`).
+///
+/// MPT's `build_mpt_alibi_tensor` (`alibi_bias_max` is `max_bias`) computes the slopes of the
+/// power of two above `n` and takes those at odd indices, then those at even ones: the same
+/// slopes in the same order for every head count (a test holds one against the other).
 pub fn alibi_slopes(n_heads: usize, max_bias: f64) -> Vec<f64> {
     if n_heads == 0 {
         return Vec::new();
@@ -140,6 +144,42 @@ impl Alibi {
     pub fn bias(&self, q_len: usize, k_len: usize) -> Tensor<3> {
         or_panic(self.try_bias(q_len, k_len))
     }
+
+    /// The bias `-slope_h * |q_pos[b, i] - k_pos[b, j]|` for explicit positions per batch row,
+    /// e.g. BLOOM's positions counted over the tokens of a padded row (`cumsum(mask) - 1`).
+    ///
+    /// # Shapes
+    /// - `query_positions`: `[batch, q_len]`
+    /// - `key_positions`: `[batch, k_len]`
+    /// - output: `[batch, n_heads, q_len, k_len]`
+    pub fn try_bias_at(
+        &self,
+        query_positions: Tensor<2, Int>,
+        key_positions: Tensor<2, Int>,
+    ) -> Result<Tensor<4>, PositionalError> {
+        let [batch, q_len] = query_positions.dims();
+        let [key_batch, k_len] = key_positions.dims();
+        if key_batch != batch {
+            return Err(PositionalError::input(
+                "key_positions.dims()[0]",
+                key_batch,
+                format!("must equal the batch of query_positions ({batch})"),
+            ));
+        }
+        if q_len == 0 || k_len == 0 {
+            return Err(PositionalError::input(
+                "positions",
+                [q_len, k_len],
+                "must hold at least one query and one key",
+            ));
+        }
+        let distance = (query_positions.reshape([batch, 1, q_len, 1])
+            - key_positions.reshape([batch, 1, 1, k_len]))
+        .abs()
+        .float();
+        let slopes = self.slopes.clone().reshape([1, self.config.n_heads, 1, 1]);
+        Ok(slopes.neg() * distance)
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +205,63 @@ mod tests {
             &[sixteen[0], sixteen[2], sixteen[4], sixteen[6]]
         );
     }
+
+    /// transformers' `build_mpt_alibi_tensor`, spelled out: the slopes of the power of two `p`
+    /// above `n`, those at odd indices first, then those at even ones, the first `n`.
+    fn mpt_slopes(n_heads: usize, alibi_bias_max: f64) -> Vec<f64> {
+        let p = n_heads.next_power_of_two();
+        let all: Vec<f64> = (1..=p)
+            .map(|k| 1.0 / 2f64.powf(k as f64 * (alibi_bias_max / p as f64)))
+            .collect();
+        let odd = all.iter().skip(1).step_by(2);
+        let even = all.iter().step_by(2);
+        match p == n_heads {
+            true => all,
+            false => odd.chain(even).take(n_heads).copied().collect(),
+        }
+    }
+
+    #[test]
+    fn mpt_and_bloom_give_every_head_count_the_same_slopes() {
+        for n_heads in 1..=80 {
+            for max_bias in [8.0, 4.0, 16.0] {
+                let ours = alibi_slopes(n_heads, max_bias);
+                let mpt = mpt_slopes(n_heads, max_bias);
+                assert_eq!(ours.len(), n_heads);
+                for (a, b) in ours.iter().zip(&mpt) {
+                    assert!(
+                        (a - b).abs() <= 1e-15 * b,
+                        "{n_heads} heads: {ours:?} != {mpt:?}"
+                    );
+                }
+            }
+        }
+        // Six heads (BLOOM's and MPT's non-power-of-two example): 2^-2, 2^-4, 2^-6, 2^-8, 2^-1, 2^-3.
+        let six = [0.25, 0.0625, 0.015625, 0.00390625, 0.5, 0.125];
+        assert_eq!(alibi_slopes(6, 8.0), six);
+    }
+
+    fn bias_at_positions_follows_each_row(device: &Device) {
+        let alibi = AlibiConfig::new(2).init(device);
+        // Row 0 counts every index; row 1 skips its first two (padding) and a gap at index 3.
+        let queries = Tensor::<2, Int>::from_data([[2, 3], [0, 1]], device);
+        let keys = Tensor::<2, Int>::from_data([[0, 1, 2, 3], [0, 0, 0, 1]], device);
+        let bias = alibi.try_bias_at(queries, keys).unwrap();
+        assert_eq!(bias.dims(), [2, 2, 2, 4]);
+        let slopes = alibi_slopes(2, 8.0);
+        let mut want = Vec::new();
+        for (q, k) in [([2, 3], [0, 1, 2, 3]), ([0, 1], [0, 0, 0, 1])] {
+            for slope in &slopes {
+                for qp in q {
+                    for kp in k {
+                        want.push(-(slope * (qp as f64 - kp as f64).abs()) as f32);
+                    }
+                }
+            }
+        }
+        assert_close(&bias.into_data(), &want, 0.0);
+    }
+    for_each_backend!(bias_at_positions_follows_each_row);
 
     fn decode_step_bias_is_last_row(device: &Device) {
         let alibi = AlibiConfig::new(2).init(device);

@@ -1,6 +1,6 @@
 //! Positional encodings for [Burn](https://burn.dev): the fixed sinusoids of "Attention Is All You
 //! Need", learned absolute embeddings (BERT, GPT-2), rotary embeddings (RoPE, with the Hugging Face
-//! scalings) and ALiBi biases, as Burn modules with Burn's conventions: an `XxxConfig`,
+//! scalings), ALiBi biases and T5's bucketed relative position bias, as Burn modules with Burn's conventions: an `XxxConfig`,
 //! `init(&device)`, records that save and load, gradients through Burn's autodiff.
 //!
 //! Every fallible call has a `try_` form that returns [`PositionalError`] naming the field and
@@ -39,6 +39,7 @@ pub mod alibi;
 pub mod error;
 pub mod learned;
 mod position_rows;
+pub mod relative;
 pub mod rope;
 #[cfg(any(feature = "flex", feature = "ndarray", feature = "tch"))]
 mod row_tasks;
@@ -51,6 +52,7 @@ pub mod testing;
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
 pub use error::PositionalError;
 pub use learned::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
+pub use relative::{RelativePositionBias, RelativePositionBiasConfig};
 pub use rope::{
     RopeFrequencies, RopeLayout, RopeScaling, RotaryAngles, RotaryEncoding, RotaryEncodingConfig,
 };

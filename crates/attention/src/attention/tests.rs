@@ -6,7 +6,7 @@ use positional::{RopeLayout, RotaryEncodingConfig, for_each_backend};
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::PositionalScheme;
+use crate::config::{PositionalScheme, QkNormConfig};
 
 fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
@@ -41,7 +41,9 @@ fn fused_path_equals_explicit_path(device: &Device) {
                 );
                 let (k, v) = (repeat_kv(k, 2), repeat_kv(v, 2));
                 let fused = module.fused(q.clone(), k.clone(), v.clone()).unwrap();
-                let explicit = module.explicit(q, k, v, None, 5 - q_len).unwrap();
+                let explicit = module
+                    .explicit_unbiased(q, k, v, None, 5 - q_len, 0)
+                    .unwrap();
                 assert_close(&fused.into_data(), &floats(&explicit.into_data()), 1e-5);
             }
         }
@@ -78,7 +80,7 @@ fn causal_blocks_equal_one_explicit_pass(device: &Device) {
                 .causal_in_blocks(q.clone(), k.clone(), v.clone(), key_padding.clone())
                 .unwrap();
             let explicit = module
-                .explicit(q.clone(), k.clone(), v.clone(), key_padding, 0)
+                .explicit_unbiased(q.clone(), k.clone(), v.clone(), key_padding, 0, 0)
                 .unwrap();
             assert_close(&blocks.into_data(), &floats(&explicit.into_data()), 1e-5);
         }
@@ -175,7 +177,33 @@ fn invalid_configurations_are_errors() {
     let cases = [
         (
             MultiHeadAttentionConfig::new(30, 4),
-            "`n_heads` = 4: must divide d_model (30)",
+            "`n_heads` = 4: must divide d_model (30) when head_dim is not given",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_head_dim(Some(0)),
+            "`head_dim` = 0: must be at least 1",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_sliding_window(Some(0)),
+            "`sliding_window` = 0: must be at least 1",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_softcap(Some(0.0)),
+            "`softcap` = 0.0: must be a positive finite number",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_scale(Some(f64::NAN)),
+            "`scale` = NaN: must be a positive finite number",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_qk_norm(Some(QkNormConfig::new(-1.0))),
+            "`qk_norm.eps` = -1.0: must be a positive finite number",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_positional(PositionalScheme::Relative(
+                positional::RelativePositionBiasConfig::new(2),
+            )),
+            "`positional.n_heads` = 2: must equal n_heads (4)",
         ),
         (
             MultiHeadAttentionConfig::new(24, 6).with_n_kv_heads(Some(4)),
@@ -193,7 +221,7 @@ fn invalid_configurations_are_errors() {
         (
             MultiHeadAttentionConfig::new(16, 2)
                 .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(4))),
-            "`positional.head_dim` = 4: must equal d_model / n_heads (8)",
+            "`positional.head_dim` = 4: must equal the attention's head_dim (8)",
         ),
     ];
     for (config, want) in cases {
@@ -297,3 +325,295 @@ fn permuting_the_batch_permutes_the_output(device: &Device) {
     });
 }
 for_each_backend!(permuting_the_batch_permutes_the_output);
+
+/// Attention spelled out a second way, from the module's weights: every key/value head picked for
+/// its query heads by index, the masks built on the host from token indices, the sink as one
+/// more column of the scores before a plain softmax (as gpt-oss writes it), the bias added last.
+/// No row may have every key masked (there the module gives zeros, this gives a uniform row).
+fn reference_attention(
+    module: &MultiHeadAttention,
+    x: Tensor<3>,
+    padding: Option<&[bool]>,
+    positions: Option<Tensor<2, Int>>,
+    bias: Option<Tensor<4>>,
+) -> Tensor<3> {
+    let config = module.config();
+    let [batch, seq, _] = x.dims();
+    let (heads, kv_heads, head_dim) = (config.n_heads, config.kv_heads(), config.head_dim());
+    let device = x.device();
+    let project = |linear: &Linear, heads: usize| {
+        linear
+            .forward(x.clone())
+            .reshape([batch, seq, heads, head_dim])
+            .swap_dims(1, 2)
+    };
+    let (mut q, mut k, v) = (
+        project(&module.query, heads),
+        project(&module.key, kv_heads),
+        project(&module.value, kv_heads),
+    );
+    if let (Some(qn), Some(kn)) = (&module.query_norm, &module.key_norm) {
+        let rms = |t: Tensor<4>, w: Tensor<1>, offset: bool| {
+            let w = if offset { w + 1.0 } else { w }.reshape([1, 1, 1, head_dim]);
+            let eps = config.qk_norm.as_ref().unwrap().eps;
+            t.clone() / (t.powi_scalar(2).mean_dim(3) + eps).sqrt() * w
+        };
+        let offset = config.qk_norm.as_ref().unwrap().unit_offset;
+        q = rms(q, qn.weight.val(), offset);
+        k = rms(k, kn.weight.val(), offset);
+    }
+    let positions = positions.unwrap_or_else(|| {
+        Tensor::<1, Int>::arange(0..seq as i64, &device)
+            .reshape([1, seq])
+            .repeat_dim(0, batch)
+    });
+    if let Some(rope) = &module.rope {
+        (q, k) = rope.forward_at(q, k, positions.clone());
+    }
+    let groups = heads / kv_heads;
+    let owners: Vec<i64> = (0..heads).map(|h| (h / groups) as i64).collect();
+    let owners = Tensor::<1, Int>::from_data(TensorData::new(owners, [heads]), &device);
+    let (k, v) = (k.select(1, owners.clone()), v.select(1, owners));
+    let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(config.score_scale());
+    if let Some(cap) = config.softcap {
+        scores = (scores / cap).tanh() * cap;
+    }
+    if let Some(alibi) = &module.alibi {
+        scores = scores
+            + alibi
+                .try_bias_at(positions.clone(), positions.clone())
+                .unwrap();
+    }
+    if let Some(relative) = &module.relative {
+        scores = scores + relative.try_bias_at(positions.clone(), positions).unwrap();
+    }
+    if let Some(bias) = bias {
+        scores = scores + bias;
+    }
+    let mut hidden = Vec::new();
+    for b in 0..batch {
+        for i in 0..seq {
+            for j in 0..seq {
+                let late = config.causal && j > i;
+                let far = config.sliding_window.is_some_and(|w| i >= j + w);
+                let padded = padding.is_some_and(|p| p[b * seq + j]);
+                hidden.push(late || far || padded);
+            }
+        }
+    }
+    let hidden = Tensor::<3, Bool>::from_data(TensorData::new(hidden, [batch, seq, seq]), &device)
+        .unsqueeze_dim::<4>(1)
+        .expand([batch, heads, seq, seq]);
+    let scores = scores.mask_fill(hidden, -1e30);
+    let weights = match &module.sinks {
+        Some(sinks) => {
+            let column = sinks
+                .val()
+                .reshape([1, heads, 1, 1])
+                .expand([batch, heads, seq, 1]);
+            softmax(Tensor::cat(vec![scores, column], 3), 3).narrow(3, 0, seq)
+        }
+        None => softmax(scores, 3),
+    };
+    let context = weights
+        .matmul(v)
+        .swap_dims(1, 2)
+        .reshape([batch, seq, heads * head_dim]);
+    module.output.forward(context)
+}
+
+/// Each option of the real model families, alone and together, against the reference above:
+/// decoupled head width, per-projection biases, a custom scale, soft-capping, QK-norm in both
+/// forms, sliding windows, sinks, and per-token positions with padding.
+fn every_option_equals_the_reference(device: &Device) {
+    let rope = |head_dim| PositionalScheme::Rope(RotaryEncodingConfig::new(head_dim));
+    let base = || {
+        MultiHeadAttentionConfig::new(24, 4)
+            .with_n_kv_heads(Some(2))
+            .with_head_dim(Some(8))
+            .with_causal(true)
+            .with_positional(rope(8))
+    };
+    let configs = [
+        ("head_dim apart from d_model / n_heads", base()),
+        (
+            "biases on q, k, v only",
+            base()
+                .with_query_bias(true)
+                .with_key_bias(true)
+                .with_value_bias(true),
+        ),
+        ("scale 1", base().with_scale(Some(1.0))),
+        (
+            "soft-capping",
+            base().with_softcap(Some(2.0)).with_scale(Some(1.5)),
+        ),
+        (
+            "QK-norm",
+            base().with_qk_norm(Some(QkNormConfig::new(1e-6))),
+        ),
+        (
+            "QK-norm with 1 + w",
+            base().with_qk_norm(Some(QkNormConfig::new(1e-6).with_unit_offset(true))),
+        ),
+        ("sliding window", base().with_sliding_window(Some(3))),
+        ("sinks", base().with_sinks(true).with_biases(true)),
+        (
+            "window, sinks, soft-capping and QK-norm together",
+            base()
+                .with_sliding_window(Some(2))
+                .with_sinks(true)
+                .with_softcap(Some(3.0))
+                .with_qk_norm(Some(QkNormConfig::new(1e-5))),
+        ),
+        (
+            "ALiBi with a window, bidirectional",
+            base()
+                .with_causal(false)
+                .with_sliding_window(Some(4))
+                .with_positional(PositionalScheme::Alibi { max_bias: 8.0 }),
+        ),
+        (
+            "T5's relative bias, unscaled",
+            base()
+                .with_causal(false)
+                .with_scale(Some(1.0))
+                .with_positional(PositionalScheme::Relative(
+                    positional::RelativePositionBiasConfig::new(4)
+                        .with_num_buckets(8)
+                        .with_max_distance(20),
+                )),
+        ),
+    ];
+    let (batch, seq) = (2, 7);
+    // Row 1 is left-padded by 2; its tokens are at positions 0.. (cumsum(mask) - 1).
+    let padding: Vec<bool> = (0..batch * seq).map(|i| i == seq || i == seq + 1).collect();
+    let positions = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            vec![0i64, 1, 2, 3, 4, 5, 6, 0, 0, 0, 1, 2, 3, 4],
+            [batch, seq],
+        ),
+        device,
+    );
+    let mask = Tensor::<2, Bool>::from_data(TensorData::new(padding.clone(), [batch, seq]), device);
+    for (name, config) in configs {
+        let mut module = config.init(device);
+        // Weights that are not the identity: random norms and sinks.
+        for norm in [&mut module.query_norm, &mut module.key_norm]
+            .into_iter()
+            .flatten()
+        {
+            norm.weight = Param::from_tensor(random([8], device));
+        }
+        if let Some(sinks) = &mut module.sinks {
+            *sinks = Param::from_tensor(random([4], device));
+        }
+        let x = random([batch, seq, 24], device);
+        // Without padding or positions, then with both; compared at real tokens.
+        let plain = module.forward(x.clone(), None);
+        let want = reference_attention(&module, x.clone(), None, None, None);
+        assert_close(&plain.into_data(), &floats(&want.into_data()), 2e-5);
+        let inputs = AttentionInputs::new()
+            .with_padding_mask(mask.clone())
+            .with_positions(positions.clone());
+        let got = module.forward_with(x.clone(), inputs, None);
+        let want = reference_attention(&module, x, Some(&padding), Some(positions.clone()), None);
+        let real = |t: Tensor<3>| {
+            let rows: Vec<Tensor<2>> = (0..batch * seq)
+                .filter(|i| !padding[*i])
+                .map(|i| t.clone().reshape([batch * seq, 24]).narrow(0, i, 1))
+                .collect();
+            Tensor::cat(rows, 0)
+        };
+        let (got, want) = (real(got), real(want));
+        let difference = (got - want).abs().max().into_scalar::<f32>();
+        assert!(
+            difference < 2e-5,
+            "{name}: differs from the reference by {difference}"
+        );
+    }
+}
+for_each_backend!(every_option_equals_the_reference);
+
+/// A left-padded row with positions counted over its tokens gives, at its tokens, what the row
+/// gives alone without padding: what batched generation relies on.
+fn left_padding_with_positions_equals_the_row_alone(device: &Device) {
+    for scheme in schemes(8) {
+        let module = MultiHeadAttentionConfig::new(32, 4)
+            .with_n_kv_heads(Some(2))
+            .with_causal(true)
+            .with_positional(scheme)
+            .init(device);
+        let alone = random([1, 5, 32], device);
+        let padded = Tensor::cat(vec![random([1, 3, 32], device), alone.clone()], 1);
+        let mask = Tensor::<2, Int>::from_data([[1, 1, 1, 0, 0, 0, 0, 0]], device).bool();
+        let positions = Tensor::<2, Int>::from_data([[0, 0, 0, 0, 1, 2, 3, 4]], device);
+        let inputs = AttentionInputs::new()
+            .with_padding_mask(mask)
+            .with_positions(positions);
+        let got = module.forward_with(padded, inputs, None).narrow(1, 3, 5);
+        let want = module.forward(alone, None);
+        assert_close(&got.into_data(), &floats(&want.into_data()), 1e-5);
+    }
+}
+for_each_backend!(left_padding_with_positions_equals_the_row_alone);
+
+/// Decoding through the cache with a sliding window equals the full pass, and the cache never
+/// holds more than the window.
+fn sliding_window_decoding_keeps_the_window(device: &Device) {
+    for scheme in schemes(8) {
+        let module = MultiHeadAttentionConfig::new(32, 4)
+            .with_causal(true)
+            .with_sliding_window(Some(3))
+            .with_positional(scheme)
+            .init(device);
+        let x = random([2, 9, 32], device);
+        let full = floats(&module.forward(x.clone(), None).into_data());
+        let mut cache = KvCache::new();
+        let mut pieces = vec![module.forward_cached(x.clone().narrow(1, 0, 4), None, &mut cache)];
+        assert!(cache.kept() <= 3, "kept {}", cache.kept());
+        for t in 4..9 {
+            pieces.push(module.forward_cached(x.clone().narrow(1, t, 1), None, &mut cache));
+            assert!(cache.kept() <= 3, "kept {}", cache.kept());
+        }
+        assert_eq!(cache.len(), 9);
+        assert_close(&Tensor::cat(pieces, 1).into_data(), &full, 1e-5);
+        assert!(cache.try_truncate(2).is_err());
+    }
+}
+for_each_backend!(sliding_window_decoding_keeps_the_window);
+
+/// T5's layers after the first add the first layer's bias: handing it in gives what owning the
+/// table gives.
+fn a_shared_relative_bias_equals_an_owned_one(device: &Device) {
+    let relative = positional::RelativePositionBiasConfig::new(4)
+        .with_num_buckets(8)
+        .with_max_distance(20);
+    let owner = MultiHeadAttentionConfig::new(32, 4)
+        .with_scale(Some(1.0))
+        .with_positional(PositionalScheme::Relative(relative))
+        .init(device);
+    let mut borrower = MultiHeadAttentionConfig::new(32, 4)
+        .with_scale(Some(1.0))
+        .init(device);
+    borrower.query = owner.query.clone();
+    borrower.key = owner.key.clone();
+    borrower.value = owner.value.clone();
+    borrower.output = owner.output.clone();
+    let x = random([2, 6, 32], device);
+    let bias = owner.relative.as_ref().unwrap().bias(0, 6, 6);
+    let shared = borrower.forward_with(x.clone(), AttentionInputs::new().with_bias(bias), None);
+    let owned = owner.forward(x, None);
+    assert_close(&shared.into_data(), &floats(&owned.into_data()), 1e-5);
+    let wrong = Tensor::<4>::zeros([1, 4, 6, 5], device);
+    let err = borrower
+        .try_forward_with(
+            random([2, 6, 32], device),
+            AttentionInputs::new().with_bias(wrong),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bias.dims()"), "{err}");
+}
+for_each_backend!(a_shared_relative_bias_equals_an_owned_one);

@@ -74,6 +74,16 @@ pub enum RopeScaling {
         /// Overrides the computed attention factor.
         attention_factor: Option<f64>,
     },
+    /// Proportional RoPE (transformers' `proportional`, Gemma 4): the whole head takes part in the
+    /// rotation, but only its first `floor(partial_rotary_factor * rotary_dim / 2)` pairs turn,
+    /// at `theta^(-2j / rotary_dim)`; the other pairs have frequency 0 (they stay as they are).
+    /// Every frequency is divided by `factor`.
+    Proportional {
+        /// Divides every frequency; 1 in transformers' default.
+        factor: f64,
+        /// The fraction of the pairs that turn, in `[0, 1]`.
+        partial_rotary_factor: f64,
+    },
 }
 
 /// What RoPE multiplies positions by, and how much it scales cos and sin.
@@ -116,6 +126,7 @@ impl RopeScaling {
             Self::Yarn { .. } => "yarn",
             Self::Llama3 { .. } => "llama3",
             Self::LongRope { .. } => "longrope",
+            Self::Proportional { .. } => "proportional",
         }
     }
 
@@ -247,6 +258,20 @@ impl RopeScaling {
                 positive_if_given("scaling.factor", factor)?;
                 positive_if_given("scaling.attention_factor", attention_factor)
             }
+            Self::Proportional {
+                factor,
+                partial_rotary_factor,
+            } => {
+                positive_if_given("scaling.factor", &Some(*factor))?;
+                if !(0.0..=1.0).contains(partial_rotary_factor) {
+                    return Err(PositionalError::config(
+                        "scaling.partial_rotary_factor",
+                        partial_rotary_factor,
+                        "must be in [0, 1]",
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -298,6 +323,17 @@ pub fn rope_frequencies(
             *high_freq_factor,
             *original_max_position_embeddings,
         )),
+        RopeScaling::Proportional {
+            factor,
+            partial_rotary_factor,
+        } => {
+            // `_compute_proportional_rope_parameters`: `int(fraction * head_dim // 2)` pairs turn.
+            let turning = (partial_rotary_factor * rotary_dim as f64 / 2.0).floor() as usize;
+            let mut inv_freq = default_inv_freq(theta, rotary_dim);
+            let turning = turning.min(inv_freq.len());
+            inv_freq[turning..].fill(0.0);
+            unscaled(inv_freq.into_iter().map(|w| w / factor).collect())
+        }
         RopeScaling::LongRope { .. } => longrope(
             theta,
             rotary_dim,
@@ -516,6 +552,27 @@ mod tests {
         assert_eq!(long.inv_freq, vec![unscaled[0] / 3.0, unscaled[1] / 4.0]);
         let want = (1.0 + 4f64.ln() / 8f64.ln()).sqrt();
         assert!((short.attention_scaling - want).abs() < 1e-15);
+    }
+
+    #[test]
+    fn proportional_turns_the_first_pairs_only() {
+        let scaling = RopeScaling::Proportional {
+            factor: 2.0,
+            partial_rotary_factor: 0.25,
+        };
+        let got = rope_frequencies(10_000.0, 16, 256, Some(&scaling), 1).inv_freq;
+        let unscaled = default_inv_freq(10_000.0, 16);
+        // floor(0.25 * 16 / 2) = 2 of the 8 pairs turn, each at half its default frequency.
+        let want: Vec<f64> = (0..8)
+            .map(|j| if j < 2 { unscaled[j] / 2.0 } else { 0.0 })
+            .collect();
+        assert_eq!(got, want);
+        let bad = RopeScaling::Proportional {
+            factor: 1.0,
+            partial_rotary_factor: 1.5,
+        };
+        let err = bad.validate(16).unwrap_err().to_string();
+        assert!(err.contains("scaling.partial_rotary_factor"), "{err}");
     }
 
     #[test]

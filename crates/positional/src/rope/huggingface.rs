@@ -26,35 +26,80 @@ impl RotaryEncodingConfig {
     }
 
     /// Like [`from_huggingface_json`](Self::from_huggingface_json), from parsed JSON.
+    ///
+    /// A config whose `rope_parameters` hold one dict per layer type (Gemma 3) is an error here:
+    /// read it with [`from_huggingface_layer_types`](Self::from_huggingface_layer_types).
     pub fn from_huggingface_value(value: &Value) -> Result<Self, PositionalError> {
-        let top = value.as_object().ok_or_else(|| {
-            PositionalError::HuggingFaceConfig("the top level must be a JSON object".into())
-        })?;
-        let empty = Object::new();
-        let params = match top
-            .get("rope_parameters")
-            .or_else(|| top.get("rope_scaling"))
-        {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(params)) => params,
-            Some(other) => {
-                return Err(PositionalError::config(
-                    "rope_parameters",
-                    other,
-                    "must be an object or null",
-                ));
-            }
-        };
-        if params
-            .values()
-            .any(|v| v.as_object().is_some_and(|o| o.contains_key("rope_type")))
-        {
-            return Err(PositionalError::config(
+        let top = top_object(value)?;
+        match rope_params(top)? {
+            RopeParams::Shared(params) => Self::from_huggingface_parts(top, params),
+            RopeParams::PerLayerType(per_type) => Err(PositionalError::config(
                 "rope_parameters",
-                params.keys().collect::<Vec<_>>(),
-                "holds one dict per layer type; pass that layer's dict as `rope_parameters`",
-            ));
+                per_type.keys().collect::<Vec<_>>(),
+                "holds one dict per layer type: read it with from_huggingface_layer_types",
+            )),
         }
+    }
+
+    /// The RoPE settings of each layer type of a Hugging Face `config.json` (its text), keyed by
+    /// the names of `layer_types` (`"sliding_attention"`, `"full_attention"`, ...).
+    ///
+    /// `rope_parameters` may hold one dict per layer type (Gemma 3: local theta 1e4, global 1e6),
+    /// each of which must be named in `layer_types` and together cover it; or one dict that every
+    /// layer type shares. A config without `layer_types` has one type, `"full_attention"`.
+    pub fn from_huggingface_layer_types(
+        json: &str,
+    ) -> Result<std::collections::BTreeMap<String, Self>, PositionalError> {
+        let value: Value = serde_json::from_str(json)
+            .map_err(|e| PositionalError::HuggingFaceConfig(format!("not JSON: {e}")))?;
+        let top = top_object(&value)?;
+        let layer_types = layer_types(top)?;
+        let mut configs = std::collections::BTreeMap::new();
+        match rope_params(top)? {
+            RopeParams::Shared(params) => {
+                let config = Self::from_huggingface_parts(top, params)?;
+                for layer_type in layer_types {
+                    configs.insert(layer_type, config.clone());
+                }
+            }
+            RopeParams::PerLayerType(per_type) => {
+                for (layer_type, params) in per_type {
+                    if !layer_types.contains(layer_type) {
+                        return Err(PositionalError::config(
+                            "rope_parameters",
+                            layer_type,
+                            format!(
+                                "names a layer type that layer_types does not ({layer_types:?})"
+                            ),
+                        ));
+                    }
+                    let params = params.as_object().ok_or_else(|| {
+                        PositionalError::config(
+                            "rope_parameters",
+                            &params,
+                            "must hold an object for each layer type",
+                        )
+                    })?;
+                    configs.insert(
+                        layer_type.clone(),
+                        Self::from_huggingface_parts(top, params)?,
+                    );
+                }
+                if let Some(missing) = layer_types.iter().find(|t| !configs.contains_key(*t)) {
+                    return Err(PositionalError::config(
+                        "rope_parameters",
+                        configs.keys().collect::<Vec<_>>(),
+                        format!("has no dict for layer type {missing:?} of layer_types"),
+                    ));
+                }
+            }
+        }
+        Ok(configs)
+    }
+
+    /// The settings of one layer: `rope_parameters` (or `rope_scaling`) as `params`, the rest of
+    /// the config as `top`.
+    fn from_huggingface_parts(top: &Object, params: &Object) -> Result<Self, PositionalError> {
         let model_type = top
             .get("model_type")
             .and_then(Value::as_str)
@@ -68,7 +113,12 @@ impl RotaryEncodingConfig {
         let max_position_embeddings = integer(top, "max_position_embeddings")?
             .or(integer(top, "n_positions")?)
             .unwrap_or(2048);
+        let is_proportional =
+            params.get("rope_type").and_then(Value::as_str) == Some("proportional");
         let rotary_dim = match integer(top, "rotary_dim")? {
+            // Proportional RoPE turns part of the pairs of the whole head (the fraction goes into
+            // its scaling).
+            _ if is_proportional => head_dim,
             // GPT-J and CodeGen give the rotary width itself.
             Some(rotary_dim) => rotary_dim,
             None => {
@@ -189,14 +239,81 @@ fn scaling_from_params(
             factor: number(params, "factor")?,
             attention_factor: number(params, "attention_factor")?,
         }),
+        "proportional" => Some(RopeScaling::Proportional {
+            factor: number(params, "factor")?.unwrap_or(1.0),
+            partial_rotary_factor: number(params, "partial_rotary_factor")?.unwrap_or(1.0),
+        }),
         other => {
             return Err(PositionalError::config(
                 "rope_type",
                 other,
-                "must be one of default, linear, dynamic, yarn, llama3, longrope",
+                "must be one of default, linear, dynamic, yarn, llama3, longrope, proportional",
             ));
         }
     })
+}
+
+fn top_object(value: &Value) -> Result<&Object, PositionalError> {
+    value.as_object().ok_or_else(|| {
+        PositionalError::HuggingFaceConfig("the top level must be a JSON object".into())
+    })
+}
+
+/// `rope_parameters` (or the older `rope_scaling`): one dict, or one per layer type.
+enum RopeParams<'a> {
+    Shared(&'a Object),
+    PerLayerType(&'a Object),
+}
+
+fn rope_params(top: &Object) -> Result<RopeParams<'_>, PositionalError> {
+    static EMPTY: std::sync::OnceLock<Object> = std::sync::OnceLock::new();
+    let params = match top
+        .get("rope_parameters")
+        .or_else(|| top.get("rope_scaling"))
+    {
+        None | Some(Value::Null) => EMPTY.get_or_init(Object::new),
+        Some(Value::Object(params)) => params,
+        Some(other) => {
+            return Err(PositionalError::config(
+                "rope_parameters",
+                other,
+                "must be an object or null",
+            ));
+        }
+    };
+    // A dict of dicts: each layer type's parameters (transformers' `layer_types` keys).
+    let nested = !params.is_empty() && params.values().all(Value::is_object);
+    Ok(if nested {
+        RopeParams::PerLayerType(params)
+    } else {
+        RopeParams::Shared(params)
+    })
+}
+
+/// The distinct names of `layer_types`, or `["full_attention"]` without it.
+fn layer_types(top: &Object) -> Result<Vec<String>, PositionalError> {
+    let Some(value) = top.get("layer_types").filter(|v| !v.is_null()) else {
+        return Ok(vec!["full_attention".to_owned()]);
+    };
+    let names = value
+        .as_array()
+        .filter(|names| !names.is_empty())
+        .and_then(|names| {
+            names
+                .iter()
+                .map(|name| name.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| {
+            PositionalError::config("layer_types", value, "must be a non-empty list of strings")
+        })?;
+    let mut distinct: Vec<String> = Vec::new();
+    for name in names {
+        if !distinct.contains(&name) {
+            distinct.push(name);
+        }
+    }
+    Ok(distinct)
 }
 
 fn head_dim(top: &Object) -> Result<usize, PositionalError> {
@@ -272,6 +389,81 @@ mod tests {
         );
         let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         RotaryEncodingConfig::from_huggingface_json(&json).unwrap()
+    }
+
+    /// Gemma 3's `rope_parameters`: one dict per layer type.
+    const GEMMA3: &str = r#"{"model_type": "gemma3_text", "hidden_size": 64, "head_dim": 16,
+        "num_attention_heads": 4, "max_position_embeddings": 256,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}}"#;
+
+    #[test]
+    fn per_layer_type_parameters_give_each_type_its_settings() {
+        let types = RotaryEncodingConfig::from_huggingface_layer_types(GEMMA3).unwrap();
+        assert_eq!(types.len(), 2);
+        let (local, global) = (&types["sliding_attention"], &types["full_attention"]);
+        assert_eq!(
+            (local.theta, local.head_dim, &local.scaling),
+            (10_000.0, 16, &None)
+        );
+        assert_eq!(global.theta, 1_000_000.0);
+        assert_eq!(global.scaling, Some(RopeScaling::Linear { factor: 8.0 }));
+        // The single-config reader points to the per-type one.
+        let err = RotaryEncodingConfig::from_huggingface_json(GEMMA3).unwrap_err();
+        assert!(
+            err.to_string().contains("from_huggingface_layer_types"),
+            "{err}"
+        );
+        // A shared dict serves every layer type.
+        let shared = GEMMA3.replace(
+            r#"{
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}"#,
+            r#"{"rope_type": "default", "rope_theta": 5.0}"#,
+        );
+        let types = RotaryEncodingConfig::from_huggingface_layer_types(&shared).unwrap();
+        assert_eq!(types["full_attention"].theta, 5.0);
+        assert_eq!(types["sliding_attention"].theta, 5.0);
+        // Layer types and parameter types must agree.
+        let unnamed = GEMMA3.replace(
+            r#""full_attention": {"rope_type""#,
+            r#""global": {"rope_type""#,
+        );
+        let err = RotaryEncodingConfig::from_huggingface_layer_types(&unnamed).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`rope_parameters` = \"global\": names a layer type"),
+            "{err}"
+        );
+        let uncovered = GEMMA3.replace(
+            r#""layer_types": ["sliding_attention", "sliding_attention", "full_attention"]"#,
+            r#""layer_types": ["sliding_attention", "chunked_attention", "full_attention"]"#,
+        );
+        let err = RotaryEncodingConfig::from_huggingface_layer_types(&uncovered).unwrap_err();
+        assert!(err.to_string().contains("chunked_attention"), "{err}");
+    }
+
+    #[test]
+    fn proportional_rope_turns_the_whole_head() {
+        // Gemma 4's global layers: a quarter of the pairs turn, over the whole head.
+        let json = r#"{"model_type": "gemma4_text", "head_dim": 256, "hidden_size": 1024,
+            "num_attention_heads": 4, "rope_parameters": {"rope_type": "proportional",
+            "rope_theta": 1000000.0, "partial_rotary_factor": 0.25}}"#;
+        let config = RotaryEncodingConfig::from_huggingface_json(json).unwrap();
+        assert_eq!((config.head_dim, config.rotary_dim()), (256, 256));
+        assert_eq!(
+            config.scaling,
+            Some(RopeScaling::Proportional {
+                factor: 1.0,
+                partial_rotary_factor: 0.25
+            })
+        );
+        let inv_freq = config.frequencies(1).inv_freq;
+        let unscaled = default_inv_freq(1_000_000.0, 256);
+        assert_eq!(&inv_freq[..32], &unscaled[..32]);
+        assert!(inv_freq[32..].iter().all(|&w| w == 0.0));
     }
 
     #[test]

@@ -1,0 +1,191 @@
+//! The tensors of a Hugging Face checkpoint, read through burn-store: one `model.safetensors`, or
+//! the shards that `model.safetensors.index.json` names. Every tensor is converted on load to the
+//! float type asked for, whatever the file stores (bf16, f16, f32, f64), and every read is
+//! remembered, so that a loader can refuse a tensor it was given but never used.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use burn::store::{ModuleStore, SafetensorsStore, bridge};
+use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+
+use crate::error::AttentionError;
+
+/// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
+pub struct Checkpoint {
+    path: PathBuf,
+    shards: Vec<SafetensorsStore>,
+    /// Tensor name -> (shard, shape).
+    index: BTreeMap<String, (usize, Vec<usize>)>,
+    read: BTreeSet<String>,
+    float_dtype: FloatDType,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("path", &self.path)
+            .field("tensors", &self.index.len())
+            .finish()
+    }
+}
+
+impl Checkpoint {
+    /// Opens `path`: a `.safetensors` file, a `model.safetensors.index.json`, or a directory that
+    /// holds either (the single file is preferred). Tensors load as f32.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, AttentionError> {
+        let path = path.as_ref();
+        let file_error = |what: String| AttentionError::input("path", path, what);
+        let path = if path.is_dir() {
+            let single = path.join("model.safetensors");
+            let sharded = path.join("model.safetensors.index.json");
+            match (single.is_file(), sharded.is_file()) {
+                (true, _) => single,
+                (false, true) => sharded,
+                (false, false) => {
+                    return Err(file_error(
+                        "holds neither model.safetensors nor model.safetensors.index.json".into(),
+                    ));
+                }
+            }
+        } else {
+            path.to_owned()
+        };
+        let files = if path.extension().is_some_and(|e| e == "json") {
+            shard_files(&path)?
+        } else {
+            vec![path.clone()]
+        };
+        let mut shards = Vec::new();
+        let mut index = BTreeMap::new();
+        for (shard, file) in files.iter().enumerate() {
+            let mut store = SafetensorsStore::from_file(file);
+            let tensors = store.get_all_tensors().map_err(|e| {
+                AttentionError::input(
+                    "path",
+                    file,
+                    format!("is not a readable safetensors file: {e}"),
+                )
+            })?;
+            for (name, tensor) in tensors {
+                index.insert(name.clone(), (shard, tensor.shape.to_vec()));
+            }
+            shards.push(store);
+        }
+        Ok(Self {
+            path,
+            shards,
+            index,
+            read: BTreeSet::new(),
+            float_dtype: FloatDType::F32,
+        })
+    }
+
+    /// Loads floating-point tensors as `dtype` instead of f32 (the module then computes in it).
+    pub fn with_float_dtype(mut self, dtype: FloatDType) -> Self {
+        self.float_dtype = dtype;
+        self
+    }
+
+    /// Where the checkpoint was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the checkpoint holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
+    /// The shape of `name`, if the checkpoint holds it.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.index.get(name).map(|(_, shape)| shape.as_slice())
+    }
+
+    /// Reads `name` as a float tensor of `D` axes on `device`, converted to the checkpoint's
+    /// float dtype; remembers it as read.
+    pub fn tensor<const D: usize>(
+        &mut self,
+        name: &str,
+        device: &Device,
+    ) -> Result<Tensor<D>, AttentionError> {
+        let Some((shard, shape)) = self.index.get(name).cloned() else {
+            return Err(AttentionError::input(
+                "checkpoint",
+                &self.path,
+                format!("has no tensor {name:?}"),
+            ));
+        };
+        if shape.len() != D {
+            return Err(AttentionError::input(
+                "checkpoint",
+                name,
+                format!("has shape {shape:?}; expected {D} axes"),
+            ));
+        }
+        let store = &mut self.shards[shard];
+        let read_error = |e: String| {
+            AttentionError::input("checkpoint", name, format!("could not be read: {e}"))
+        };
+        let tensor = store
+            .get_tensor(name)
+            .map_err(|e| read_error(e.to_string()))?
+            .ok_or_else(|| read_error("missing from its shard".into()))?;
+        if !tensor.dtype.is_float() {
+            return Err(AttentionError::input(
+                "checkpoint",
+                name,
+                format!("is stored as {:?}; a float dtype is expected", tensor.dtype),
+            ));
+        }
+        let data: TensorData = bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))?;
+        let data = data.convert_dtype(DType::from(self.float_dtype));
+        self.read.insert(name.to_owned());
+        Ok(Tensor::from_data(data, device))
+    }
+
+    /// The tensors whose names start with one of `prefixes` that no call has read yet, except
+    /// those ending in one of `ignored` (buffers a checkpoint may carry that are computed, not
+    /// learned, such as GPT-2's causal mask `attn.bias`).
+    pub fn unread(&self, prefixes: &[String], ignored: &[&str]) -> Vec<String> {
+        self.index
+            .keys()
+            .filter(|name| {
+                prefixes
+                    .iter()
+                    .any(|prefix| name.starts_with(prefix.as_str()))
+            })
+            .filter(|name| !self.read.contains(*name))
+            .filter(|name| !ignored.iter().any(|suffix| name.ends_with(suffix)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The shard files of a `model.safetensors.index.json` (its `weight_map` values), in order.
+fn shard_files(index: &Path) -> Result<Vec<PathBuf>, AttentionError> {
+    let error = |what: String| AttentionError::input("path", index, what);
+    let text = std::fs::read_to_string(index).map_err(|e| error(format!("cannot be read: {e}")))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| error(format!("is not JSON: {e}")))?;
+    let map = json
+        .get("weight_map")
+        .and_then(serde_json::Value::as_object)
+        .ok_or_else(|| error("has no `weight_map` object".into()))?;
+    let mut files: Vec<String> = Vec::new();
+    for file in map.values() {
+        let file = file
+            .as_str()
+            .ok_or_else(|| error(format!("`weight_map` holds {file}, not a file name")))?;
+        if !files.iter().any(|f| f == file) {
+            files.push(file.to_owned());
+        }
+    }
+    let dir = index.parent().unwrap_or(Path::new("."));
+    Ok(files.into_iter().map(|file| dir.join(file)).collect())
+}
