@@ -118,7 +118,7 @@ impl TestBackends {
         let suite_time = suite_started.elapsed();
 
         let mut counts = print_matrix(&self.backends, &matrix, &broken_backends);
-        let checkpoint_counts = print_checkpoints(&self.backends, &checkpoints);
+        let checkpoint_counts = print_table("checkpoint", &self.backends, &checkpoints, true);
         counts.passed += checkpoint_counts.passed;
         counts.failed += checkpoint_counts.failed;
         let pending_checkpoints = checkpoint_counts.pending;
@@ -142,12 +142,6 @@ impl TestBackends {
             "unit tests (cargo test, every backend): {}",
             if unit_tests { "passed" } else { "FAILED" }
         );
-        if counts.pending > 0 {
-            println!(
-                "{} (case, backend) pairs pending: their crate is not built yet",
-                counts.pending
-            );
-        }
         if pending_checkpoints > 0 {
             // Every field that exists to check passed; the whole-model fields wait for models.
             println!(
@@ -272,17 +266,26 @@ fn run_suite(
     Ok(cases)
 }
 
-fn print_matrix(
+/// One row per case (or checkpoint), one cell per backend: the status, and with `with_error`
+/// the largest error. Counts every cell; lists the failures after the table.
+fn print_table(
+    title: &str,
     backends: &[&'static str],
     matrix: &BTreeMap<String, BTreeMap<&str, CaseLine>>,
-    broken: &[(&str, String)],
+    with_error: bool,
 ) -> Counts {
     let mut counts = Counts::default();
-    let width = matrix.keys().map(String::len).max().unwrap_or(4).max(4);
+    let width = matrix
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max(title.len());
+    let cell_width = if with_error { 17 } else { 9 };
     println!();
-    print!("{:width$}", "case");
+    print!("{title:width$}");
     for backend in backends {
-        print!("  {backend:>9}");
+        print!("  {backend:>cell_width$}");
     }
     println!();
     let mut failures = Vec::new();
@@ -290,13 +293,16 @@ fn print_matrix(
         print!("{name:width$}");
         for backend in backends {
             let cell = match row.get(backend) {
-                Some(line) if line.status == "pass" => {
-                    counts.passed += 1;
-                    "pass".to_owned()
-                }
-                Some(line) if line.status == "pending" => {
-                    counts.pending += 1;
-                    "pending".to_owned()
+                Some(line) if line.status == "pass" || line.status == "pending" => {
+                    if line.status == "pass" {
+                        counts.passed += 1;
+                    } else {
+                        counts.pending += 1;
+                    }
+                    match with_error {
+                        true => format!("{} {}", line.status, line.max_error),
+                        false => line.status.clone(),
+                    }
                 }
                 Some(line) => {
                     counts.failed += 1;
@@ -311,10 +317,27 @@ fn print_matrix(
                     "FAIL".to_owned()
                 }
             };
-            print!("  {cell:>9}");
+            print!("  {cell:>cell_width$}");
         }
         println!();
     }
+    if !failures.is_empty() {
+        println!("\n{title} failures:");
+        for failure in failures {
+            println!("  {failure}");
+        }
+    }
+    counts
+}
+
+/// The case x backend matrix, then the largest error per kind of case and backend.
+fn print_matrix(
+    backends: &[&'static str],
+    matrix: &BTreeMap<String, BTreeMap<&str, CaseLine>>,
+    broken: &[(&str, String)],
+) -> Counts {
+    let counts = print_table("case", backends, matrix, false);
+    let width = matrix.keys().map(String::len).max().unwrap_or(4).max(4);
     println!();
     // Largest |got - want| per kind (the case name's first word) and backend.
     let mut kinds: Vec<&str> = matrix
@@ -342,75 +365,6 @@ fn print_matrix(
     }
     for (backend, reason) in broken {
         println!("backend {backend} could not run: {reason}");
-    }
-    if !failures.is_empty() {
-        println!("\nfailures:");
-        for failure in failures {
-            println!("  {failure}");
-        }
-    }
-    counts
-}
-
-/// The checkpoint x backend matrix: each cell the status and the largest error over the
-/// checkpoint's compared fields.
-fn print_checkpoints(
-    backends: &[&'static str],
-    matrix: &BTreeMap<String, BTreeMap<&str, CaseLine>>,
-) -> Counts {
-    let mut counts = Counts::default();
-    if matrix.is_empty() {
-        return counts;
-    }
-    let width = matrix.keys().map(String::len).max().unwrap_or(10).max(10);
-    println!();
-    print!("{:width$}", "checkpoint");
-    for backend in backends {
-        print!("  {backend:>17}");
-    }
-    println!();
-    let mut failures = Vec::new();
-    for (name, row) in matrix {
-        print!("{name:width$}");
-        for backend in backends {
-            let cell = match row.get(backend) {
-                Some(line) if line.status == "pass" || line.status == "pending" => {
-                    if line.status == "pass" {
-                        counts.passed += 1;
-                    } else {
-                        counts.pending += 1;
-                    }
-                    let error = line
-                        .detail
-                        .split("largest error ")
-                        .nth(1)
-                        .and_then(|rest| rest.split(')').next())
-                        .unwrap_or(&line.max_error)
-                        .to_owned();
-                    format!("{} {error}", line.status)
-                }
-                Some(line) => {
-                    counts.failed += 1;
-                    failures.push(format!("{name} on {backend}: {}", line.detail));
-                    "FAIL".to_owned()
-                }
-                None => {
-                    counts.failed += 1;
-                    failures.push(format!(
-                        "{name} on {backend}: not run (backend did not finish)"
-                    ));
-                    "FAIL".to_owned()
-                }
-            };
-            print!("  {cell:>17}");
-        }
-        println!();
-    }
-    if !failures.is_empty() {
-        println!("\ncheckpoint failures:");
-        for failure in failures {
-            println!("  {failure}");
-        }
     }
     counts
 }

@@ -353,8 +353,9 @@ impl MultiHeadAttention {
         let window_hides = self
             .config
             .sliding_window
-            .is_some_and(|window| past + q_len - 1 >= first_index + window);
-        let fused_options = self.config.softcap.is_none()
+            .is_some_and(|window| past + q_len > first_index + window);
+        let fused_options = (self.config.softcap.is_none()
+            || fused_takes_softcap(q.device().as_dispatch()))
             && self.sinks.is_none()
             && self.relative.is_none()
             && bias.is_none()
@@ -394,16 +395,7 @@ impl MultiHeadAttention {
                 relative.try_bias(past - first_index, q_len, k_len)?
             });
         }
-        let mask = visibility_mask(
-            self.config.causal,
-            self.config.sliding_window,
-            q_len,
-            k_len,
-            past,
-            first_index,
-            key_padding,
-            &device,
-        );
+        let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &device);
         self.explicit(q, k, v, total_bias, mask)
     }
 
@@ -515,8 +507,10 @@ impl MultiHeadAttention {
             Some(scale) if scale != default_scale => q.mul_scalar(scale / default_scale),
             _ => q,
         };
+        // Our ALiBi kernels have no soft-cap; Burn's kernels take it as an option.
+        let softcap = self.config.softcap;
         let bias = match &self.alibi {
-            Some(alibi) if alibi_attention::available(&q) => {
+            Some(alibi) if softcap.is_none() && alibi_attention::available(&q) => {
                 return Ok(alibi_attention::alibi_attention(
                     q,
                     k,
@@ -526,7 +520,7 @@ impl MultiHeadAttention {
                     is_causal,
                 ));
             }
-            None if alibi_attention::replaces_plain_attention(&q) => {
+            None if softcap.is_none() && alibi_attention::replaces_plain_attention(&q) => {
                 // With every slope 0 each bias is -0, which adds nothing to a score.
                 let slopes = Tensor::zeros([heads], &q.device());
                 return Ok(alibi_attention::alibi_attention(
@@ -547,7 +541,7 @@ impl MultiHeadAttention {
         };
         let options = AttentionModuleOptions {
             scale: None,
-            softcap: None,
+            softcap,
             is_causal,
         };
         Ok(attention(q, k, v, None, bias, options))
@@ -571,17 +565,27 @@ impl MultiHeadAttention {
             Some(alibi) => Some(alibi.try_bias(q_len, k_len)?.unsqueeze::<4>()),
             None => None,
         };
-        let mask = visibility_mask(
-            self.config.causal,
-            self.config.sliding_window,
-            q_len,
-            k_len,
-            past,
-            first_index,
-            key_padding,
-            &q.device(),
-        );
+        let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &q.device());
         self.explicit(q, k, v, bias, mask)
+    }
+
+    /// [`visibility_mask`] with this module's causal flag and window.
+    fn visibility_mask(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        past: usize,
+        first_index: usize,
+        key_padding: Option<Tensor<2, Bool>>,
+        device: &Device,
+    ) -> Option<Tensor<4, Bool>> {
+        visibility_mask(
+            (self.config.causal, self.config.sliding_window),
+            (q_len, k_len),
+            (past, first_index),
+            key_padding,
+            device,
+        )
     }
 
     /// Scores, soft-capping, bias, masks, sinks and softmax spelled out: the obviously-correct
@@ -695,14 +699,10 @@ fn padding_inputs(padding_mask: Option<Tensor<2, Bool>>) -> AttentionInputs {
 /// True where a query may not see a key: later keys under a causal mask, keys `window` or more
 /// indices back under a sliding window, and padding keys. Query `i` sits at token index
 /// `past + i`, key `j` at `first_index + j`. `None` when every key is visible.
-#[allow(clippy::too_many_arguments)]
 fn visibility_mask(
-    causal: bool,
-    window: Option<usize>,
-    q_len: usize,
-    k_len: usize,
-    past: usize,
-    first_index: usize,
+    (causal, window): (bool, Option<usize>),
+    (q_len, k_len): (usize, usize),
+    (past, first_index): (usize, usize),
     key_padding: Option<Tensor<2, Bool>>,
     device: &Device,
 ) -> Option<Tensor<4, Bool>> {
@@ -718,7 +718,7 @@ fn visibility_mask(
     };
     let causal = causal.then(|| key_index().greater(query_index()));
     let window = window
-        .filter(|&window| past + q_len - 1 >= first_index + window)
+        .filter(|&window| past + q_len > first_index + window)
         .map(|window| {
             key_index()
                 .add_scalar(window as i64)
@@ -741,6 +741,18 @@ fn visibility_mask(
             let batch = padding.dims()[0];
             Some(positional.repeat_dim(0, batch).bool_or(padding))
         }
+    }
+}
+
+/// Whether Burn's `module::attention` applies a soft-cap on `device`. burn-tch 0.22.1 hands
+/// torch's SDPA the scale and the causal flag but not the soft-cap, so the scores there would be
+/// silently uncapped (`fused_kernel_option_semantics` pins it); under autodiff every backend runs
+/// Burn's fallback, which caps.
+fn fused_takes_softcap(device: &DispatchDevice) -> bool {
+    match device {
+        #[cfg(feature = "tch")]
+        DispatchDevice::LibTorch(_) => false,
+        _ => true,
     }
 }
 

@@ -1,6 +1,6 @@
 """Float64 reference conformance cases for the positional-encoding and attention crates.
 
-The case format is ``shared/conformance/SCHEMA.md``. A spec list (``../specs/*.json``) names each
+The case format is described in ``../README.md`` (the conformance crate's). A spec list (``../specs/*.json``) names each
 case, its kind, config, shapes and random seed.
 
 Usage::

@@ -5,8 +5,8 @@ family, with random (seeded) weights: ``config.json``, ``generation_config.json`
 generate) and ``model.safetensors`` (float32), each exactly as ``save_pretrained`` writes it, plus
 ``reference.json``: transformers' forward pass of that checkpoint computed in float64 (but for the
 float32 steps transformers keeps, see ``float64_casts``), which an implementation loading the
-checkpoint must reproduce. The format is the one of the shared set
-(``shared/hf-models/README.md``). Nothing is downloaded: the architectures and every line of the
+checkpoint must reproduce. The format is the one of ``../models`` (described in ``../README.md``,
+the conformance crate's). Nothing is downloaded: the architectures and every line of the
 forward pass are transformers' own, the weights are random.
 
 Usage::
@@ -193,8 +193,8 @@ def float64_casts():
     layer spreads the NaN to every row (a masked key's weight is 0, but 0 * NaN is NaN). `.float()`
     kept in float64 also keeps Gemma's norms in float64. transformers' other float32 steps stay as
     they are: Llama-style RMSNorm's `.to(torch.float32)`, T5's norm variance, RoPE's cos/sin
-    computed in float32. They cost about 1e-7 relative, 1-4 % of a tolerance, and the shared
-    references (shared/hf-models) were computed with them: without them `check` fails there."""
+    computed in float32. They cost about 1e-7 relative, 1-4 % of a tolerance, and the reference
+    checkpoints in ``../models`` were computed with them: without them `check` fails there."""
     softmax, to_float = F.softmax, torch.Tensor.float
 
     def softmax64(input, dim=None, _stacklevel=3, dtype=None):

@@ -43,10 +43,10 @@ const LAYER_FIELDS: &[&str] = &[
 pub fn run_checkpoint(dir: &Path, device: &Device) -> Outcome {
     match check(dir, device) {
         Ok((max_error, whole_model)) if whole_model.is_empty() => Outcome::Pass { max_error },
-        Ok((max_error, whole_model)) => Outcome::Pending(format!(
-            "attention layers pass (largest error {max_error:.3e}); {} wait for whole models",
-            whole_model.join(", ")
-        )),
+        Ok((max_error, whole_model)) => Outcome::Pending {
+            max_error,
+            detail: format!("{} wait for whole models", whole_model.join(", ")),
+        },
         Err(message) => Outcome::Fail(message),
     }
 }

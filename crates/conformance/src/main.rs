@@ -101,7 +101,7 @@ fn outcome_fields(outcome: Outcome) -> (&'static str, String, String) {
     match outcome {
         Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
         Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
-        Outcome::Pending(detail) => ("pending", "-".into(), detail),
+        Outcome::Pending { max_error, detail } => ("pending", format!("{max_error:.3e}"), detail),
     }
 }
 

@@ -25,8 +25,14 @@ pub enum Outcome {
     },
     /// A field is out of tolerance, the module failed, or the case could not be read.
     Fail(String),
-    /// The kind belongs to a crate that does not exist yet.
-    Pending(String),
+    /// Every compared field is within tolerance, but some fields wait for code that does not
+    /// exist yet (a checkpoint's whole-model fields).
+    Pending {
+        /// The largest `|got - want|` over what was compared.
+        max_error: f64,
+        /// What waits.
+        detail: String,
+    },
 }
 
 /// Why a run stopped before comparing.

@@ -26,12 +26,21 @@ fn schemes(head_dim: usize) -> Vec<PositionalScheme> {
 /// A whole sequence and one decoding step (one query over five keys), for every scheme: this
 /// also holds torch's SDPA with ALiBi as its float mask (LibTorch) to the explicit path.
 fn fused_path_equals_explicit_path(device: &Device) {
-    for scheme in schemes(8) {
+    // Soft-capping goes into Burn's kernels where they apply it (see `fused_takes_softcap`).
+    let softcaps = match fused_takes_softcap(device.as_dispatch()) {
+        true => vec![None, Some(2.0)],
+        false => vec![None],
+    };
+    for (scheme, softcap) in schemes(8)
+        .into_iter()
+        .flat_map(|scheme| softcaps.iter().map(move |cap| (scheme.clone(), *cap)))
+    {
         for causal in [false, true] {
             for q_len in [5, 1] {
                 let module = MultiHeadAttentionConfig::new(32, 4)
                     .with_n_kv_heads(Some(2))
                     .with_causal(causal)
+                    .with_softcap(softcap)
                     .with_positional(scheme.clone())
                     .init(device);
                 let (q, k, v) = (
@@ -89,9 +98,10 @@ fn causal_blocks_equal_one_explicit_pass(device: &Device) {
 for_each_backend!(causal_blocks_equal_one_explicit_pass);
 
 /// burn-tch 0.22.1 passes Burn's boolean mask (true = masked) to torch's SDPA, where true means
-/// "attend". This test pins what each backend's fused kernel does with a mask; the module itself
-/// never hands the fused kernel a mask.
-fn fused_kernel_mask_semantics(device: &Device) {
+/// "attend", and drops the soft-cap option. This test pins what each backend's fused kernel does
+/// with a mask and with a soft-cap; the module never hands the fused kernel a mask, nor a soft-cap
+/// on LibTorch.
+fn fused_kernel_option_semantics(device: &Device) {
     let (q, k, v) = (
         random([1, 2, 3, 4], device),
         random([1, 2, 3, 4], device),
@@ -117,7 +127,7 @@ fn fused_kernel_mask_semantics(device: &Device) {
         None,
         options,
     );
-    let fallback = attention_fallback(q, k, v, Some(mask), None, options);
+    let fallback = attention_fallback(q.clone(), k.clone(), v.clone(), Some(mask), None, options);
     let difference = (fused - fallback).abs().max().into_scalar::<f32>();
     // Burn does not re-export its dispatch enum; the device's Debug form names the backend.
     if format!("{device:?}").contains("LibTorch") {
@@ -131,8 +141,21 @@ fn fused_kernel_mask_semantics(device: &Device) {
             "fused kernel and fallback disagree by {difference}"
         );
     }
+    let capped = AttentionModuleOptions {
+        scale: None,
+        softcap: Some(0.5),
+        is_causal: true,
+    };
+    let fused = fused_attention(q.clone(), k.clone(), v.clone(), None, None, capped);
+    let fallback = attention_fallback(q, k, v, None, None, capped);
+    let difference = (fused - fallback).abs().max().into_scalar::<f32>();
+    assert_eq!(
+        difference > 1e-3,
+        !fused_takes_softcap(device.as_dispatch()),
+        "soft-cap: fused kernel and fallback differ by {difference}; fused_takes_softcap is stale"
+    );
 }
-for_each_backend!(fused_kernel_mask_semantics);
+for_each_backend!(fused_kernel_option_semantics);
 
 fn left_padding_gives_finite_outputs_and_gradients(device: &Device) {
     let device = device.clone().autodiff();

@@ -414,15 +414,25 @@ impl HuggingFaceConfig {
         }
     }
 
-    fn integer(&self, field: &'static str) -> Result<Option<usize>, AttentionError> {
+    /// `field` read by `read`, `None` when absent or null, an error saying `expected` when
+    /// `read` cannot read it.
+    fn typed<'a, T>(
+        &'a self,
+        field: &'static str,
+        read: impl Fn(&'a Value) -> Option<T>,
+        expected: &str,
+    ) -> Result<Option<T>, AttentionError> {
         match self.json.get(field) {
             None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_u64()
-                .and_then(|v| usize::try_from(v).ok())
+            Some(value) => read(value)
                 .map(Some)
-                .ok_or_else(|| AttentionError::config(field, value, "must be a whole number")),
+                .ok_or_else(|| AttentionError::config(field, value, expected)),
         }
+    }
+
+    fn integer(&self, field: &'static str) -> Result<Option<usize>, AttentionError> {
+        let whole = |v: &Value| v.as_u64().and_then(|v| usize::try_from(v).ok());
+        self.typed(field, whole, "must be a whole number")
     }
 
     fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, AttentionError> {
@@ -445,33 +455,15 @@ impl HuggingFaceConfig {
     }
 
     fn number(&self, field: &'static str) -> Result<Option<f64>, AttentionError> {
-        match self.json.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| AttentionError::config(field, value, "must be a number")),
-        }
+        self.typed(field, Value::as_f64, "must be a number")
     }
 
     fn boolean(&self, field: &'static str) -> Result<Option<bool>, AttentionError> {
-        match self.json.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| AttentionError::config(field, value, "must be true or false")),
-        }
+        self.typed(field, Value::as_bool, "must be true or false")
     }
 
     fn string(&self, field: &'static str) -> Result<Option<&str>, AttentionError> {
-        match self.json.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| AttentionError::config(field, value, "must be a string")),
-        }
+        self.typed(field, Value::as_str, "must be a string")
     }
 }
 

@@ -76,7 +76,7 @@ impl RotaryEncodingConfig {
                     let params = params.as_object().ok_or_else(|| {
                         PositionalError::config(
                             "rope_parameters",
-                            &params,
+                            params,
                             "must hold an object for each layer type",
                         )
                     })?;
