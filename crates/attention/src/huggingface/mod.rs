@@ -382,8 +382,8 @@ impl HuggingFaceConfig {
 
     /// The RoPE settings of layer `layer` (its layer type's, when `rope_parameters` are per type).
     fn rope(&self, layer: usize) -> Result<RotaryEncodingConfig, AttentionError> {
-        let text = Value::Object(self.json.clone()).to_string();
-        let per_type = RotaryEncodingConfig::from_huggingface_layer_types(&text)?;
+        let json = Value::Object(self.json.clone());
+        let per_type = RotaryEncodingConfig::from_huggingface_layer_types_value(&json)?;
         let layer_type = match self.layer_types()? {
             Some(types) => types.get(layer).cloned().ok_or_else(|| {
                 AttentionError::config(

@@ -52,7 +52,15 @@ impl RotaryEncodingConfig {
     ) -> Result<std::collections::BTreeMap<String, Self>, PositionalError> {
         let value: Value = serde_json::from_str(json)
             .map_err(|e| PositionalError::HuggingFaceConfig(format!("not JSON: {e}")))?;
-        let top = top_object(&value)?;
+        Self::from_huggingface_layer_types_value(&value)
+    }
+
+    /// Like [`from_huggingface_layer_types`](Self::from_huggingface_layer_types), from parsed
+    /// JSON.
+    pub fn from_huggingface_layer_types_value(
+        value: &Value,
+    ) -> Result<std::collections::BTreeMap<String, Self>, PositionalError> {
+        let top = top_object(value)?;
         let layer_types = layer_types(top)?;
         let mut configs = std::collections::BTreeMap::new();
         match rope_params(top)? {
