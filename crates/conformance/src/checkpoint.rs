@@ -1,16 +1,16 @@
 //! Runs a reference checkpoint directory (`config.json`, `model.safetensors`, `reference.json`:
-//! transformers' float64 pass of a real model family) on one device, through the public API: each
-//! recorded layer's attention is built from the checkpoint and fed the recorded input.
-//!
-//! `reference.json` also holds whole-model fields (`logits`, `last_hidden_state`, `greedy`); no
-//! whole model is built yet, so a checkpoint whose attention layers all pass is `pending`, not
-//! `pass`. A field this runner does not know is a failure, never skipped.
+//! transformers' float64 pass of a real model family) on one device, through the public API:
+//! each recorded layer's attention built from the checkpoint and fed the recorded input, then
+//! the whole model (`models::from_checkpoint`): its logits or last hidden state at every unpadded
+//! token, and greedy decoding through the KV cache, token for token, with the logits each step
+//! chose from. A field this runner does not know is a failure, never skipped.
 
 use std::path::Path;
 
 use attention::AttentionInputs;
 use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer_from, load_relative_bias};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use models::{GenerationConfig, ModelInputs, PositionIds};
 use serde_json::{Map, Value};
 
 use crate::case::tensor;
@@ -28,8 +28,10 @@ const DESCRIPTIVE: &[&str] = &[
     "layers",
     "tolerance",
 ];
-/// Fields of the whole model, checked once whole models exist.
+/// Fields of the whole model.
 const WHOLE_MODEL: &[&str] = &["logits", "last_hidden_state", "greedy"];
+/// Fields of `greedy`.
+const GREEDY_FIELDS: &[&str] = &["prompt", "tokens", "logits"];
 /// Fields of each `layers[i]`.
 const LAYER_FIELDS: &[&str] = &[
     "module",
@@ -42,28 +44,22 @@ const LAYER_FIELDS: &[&str] = &[
 /// Runs the checkpoint in `dir` on `device`.
 pub fn run_checkpoint(dir: &Path, device: &Device) -> Outcome {
     match check(dir, device) {
-        Ok((max_error, whole_model)) if whole_model.is_empty() => Outcome::Pass { max_error },
-        Ok((max_error, whole_model)) => Outcome::Pending {
-            max_error,
-            detail: format!("{} wait for whole models", whole_model.join(", ")),
-        },
+        Ok(max_error) => Outcome::Pass { max_error },
         Err(message) => Outcome::Fail(message),
     }
 }
 
-/// The largest error over every layer, and the whole-model fields left unchecked.
-fn check(dir: &Path, device: &Device) -> Result<(f64, Vec<String>), String> {
+/// The largest error over every layer and every whole-model field.
+fn check(dir: &Path, device: &Device) -> Result<f64, String> {
     let text = std::fs::read_to_string(dir.join("reference.json"))
         .map_err(|e| format!("reference.json: {e}"))?;
     let reference: Map<String, Value> = serde_json::from_str(&text)
         .map_err(|e| format!("reference.json is not a JSON object: {e}"))?;
-    let mut whole_model = Vec::new();
-    for field in reference.keys() {
-        match field.as_str() {
-            f if DESCRIPTIVE.contains(&f) => {}
-            f if WHOLE_MODEL.contains(&f) => whole_model.push(field.clone()),
-            other => return Err(format!("reference.json: unknown field {other:?}")),
-        }
+    if let Some(unknown) = reference
+        .keys()
+        .find(|f| !DESCRIPTIVE.contains(&f.as_str()) && !WHOLE_MODEL.contains(&f.as_str()))
+    {
+        return Err(format!("reference.json: unknown field {unknown:?}"));
     }
     let config = HuggingFaceConfig::from_dir(dir).map_err(|e| e.to_string())?;
     let mut checkpoint = Checkpoint::open(dir).map_err(|e| e.to_string())?;
@@ -183,7 +179,196 @@ fn check(dir: &Path, device: &Device) -> Result<(f64, Vec<String>), String> {
         }
         max_error = max_error.max(layer_error);
     }
-    Ok((max_error, whole_model))
+    let whole = check_whole_model(dir, &config, &reference, &mask, device)?;
+    Ok(max_error.max(whole))
+}
+
+/// The whole model against `logits` / `last_hidden_state` and `greedy`.
+fn check_whole_model(
+    dir: &Path,
+    config: &HuggingFaceConfig,
+    reference: &Map<String, Value>,
+    mask: &[Vec<i64>],
+    device: &Device,
+) -> Result<f64, String> {
+    let mut checkpoint = Checkpoint::open(dir).map_err(|e| e.to_string())?;
+    let model = models::from_checkpoint(config, &mut checkpoint, device)
+        .map_err(|e| format!("model: {e}"))?;
+    let tolerances = reference
+        .get("tolerance")
+        .and_then(Value::as_object)
+        .ok_or("reference.json: `tolerance` must be an object")?;
+    let tolerance = |field: &str| {
+        tolerances.get(field).and_then(Value::as_f64).ok_or(format!(
+            "reference.json: tolerance.{field} must be a number"
+        ))
+    };
+    let (batch, seq) = (mask.len(), mask[0].len());
+    let flat = |rows: &[Vec<i64>]| rows.iter().flatten().copied().collect::<Vec<i64>>();
+    let ids = integers(reference, "input_ids")?;
+    if ids.len() != batch || ids[0].len() != seq {
+        return Err("reference.json: input_ids and attention_mask differ in shape".into());
+    }
+    let padding = Tensor::<2, Bool>::from_data(
+        TensorData::new(
+            mask.iter().flatten().map(|&m| m == 0).collect::<Vec<_>>(),
+            [batch, seq],
+        ),
+        device,
+    );
+    let mut inputs = ModelInputs::new().with_padding_mask(padding);
+    if model.config().positions == PositionIds::FromMask {
+        let positions = integers(reference, "position_ids")?;
+        inputs = inputs.with_positions(Tensor::<2, Int>::from_data(
+            TensorData::new(flat(&positions), [batch, seq]),
+            device,
+        ));
+    }
+    let ids = Tensor::<2, Int>::from_data(TensorData::new(flat(&ids), [batch, seq]), device);
+    let output = model
+        .try_forward(ids, inputs)
+        .map_err(|e| format!("model: {e}"))?;
+    let field = match model.config().lm_head {
+        true => "logits",
+        false => "last_hidden_state",
+    };
+    let want = reference
+        .get(field)
+        .ok_or(format!("reference.json: `{field}` is missing"))
+        .and_then(tensor)?;
+    let got = floats(output)?;
+    let token_rows: Vec<bool> = mask.iter().flatten().map(|&m| m == 1).collect();
+    let mut max_error = compare(field, &got, &want.data, &token_rows, tolerance(field)?)?;
+
+    match (model.config().lm_head, reference.get("greedy")) {
+        (true, Some(greedy)) => {
+            let greedy = greedy.as_object().ok_or("greedy must be an object")?;
+            if let Some(unknown) = greedy.keys().find(|k| !GREEDY_FIELDS.contains(&k.as_str())) {
+                return Err(format!("greedy: unknown field {unknown:?}"));
+            }
+            let prompt = integers(greedy, "prompt")?;
+            let want_tokens: Vec<u32> = greedy
+                .get("tokens")
+                .and_then(Value::as_array)
+                .and_then(|t| t.iter().map(|v| v.as_u64().map(|v| v as u32)).collect())
+                .ok_or("greedy.tokens must be a list of token ids")?;
+            let want_logits = greedy
+                .get("logits")
+                .ok_or_else(|| "greedy.logits is missing".to_string())
+                .and_then(tensor)?;
+            let steps = want_tokens.len();
+            // transformers' `generate(min_new_tokens=steps)`: the end-of-sequence token cannot
+            // be chosen before the last step.
+            let generation = GenerationConfig::new()
+                .with_max_new_tokens(steps)
+                .with_min_new_tokens(steps)
+                .with_stop_tokens(eos_tokens(dir)?);
+            let prompts: Vec<Vec<u32>> = prompt
+                .iter()
+                .map(|row| row.iter().map(|&t| t as u32).collect())
+                .collect();
+            let mut step_logits = Vec::new();
+            let tokens = model
+                .try_generate_with(&prompts, &generation, |step| {
+                    step_logits.extend(step.logits[0].iter().map(|&v| v as f64))
+                })
+                .map_err(|e| format!("greedy: {e}"))?;
+            let rows = vec![true; steps];
+            let error = compare(
+                "greedy.logits",
+                &step_logits,
+                &want_logits.data,
+                &rows,
+                tolerance("greedy_logits")?,
+            )?;
+            if tokens[0] != want_tokens {
+                return Err(format!(
+                    "greedy.tokens: got {:?}, expected {want_tokens:?}",
+                    tokens[0]
+                ));
+            }
+            max_error = max_error.max(error);
+        }
+        (true, None) => return Err("reference.json: a decoder's `greedy` is missing".into()),
+        (false, Some(_)) => return Err("reference.json: an encoder has no `greedy`".into()),
+        (false, None) => {}
+    }
+    Ok(max_error)
+}
+
+/// The end-of-sequence ids of `generation_config.json` (else `config.json`): a number or a list.
+fn eos_tokens(dir: &Path) -> Result<Vec<u32>, String> {
+    for file in ["generation_config.json", "config.json"] {
+        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
+            continue;
+        };
+        let json: Value = serde_json::from_str(&text).map_err(|e| format!("{file}: {e}"))?;
+        match json.get("eos_token_id") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Number(id)) => {
+                return id
+                    .as_u64()
+                    .map(|id| vec![id as u32])
+                    .ok_or(format!("{file}: eos_token_id {id} is not a token id"));
+            }
+            Some(Value::Array(ids)) => {
+                return ids
+                    .iter()
+                    .map(|id| id.as_u64().map(|id| id as u32))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(format!("{file}: eos_token_id holds a non-id"));
+            }
+            Some(other) => return Err(format!("{file}: eos_token_id {other} is not a token id")),
+        }
+    }
+    Ok(Vec::new())
+}
+
+fn floats(output: Tensor<3>) -> Result<Vec<f64>, String> {
+    output
+        .into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .map_err(|e| format!("output is not float data: {e:?}"))
+}
+
+/// The largest `|got - want|` over the rows kept (`keep[row]`, rows of `want.len() / keep.len()`
+/// values), an error above `tolerance` or on a length mismatch.
+fn compare(
+    field: &str,
+    got: &[f64],
+    want: &[f64],
+    keep: &[bool],
+    tolerance: f64,
+) -> Result<f64, String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{field}: {} values, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    let width = want.len() / keep.len().max(1);
+    let mut max_error = 0.0f64;
+    for (row, keep) in keep.iter().enumerate() {
+        if !keep {
+            continue;
+        }
+        for j in row * width..(row + 1) * width {
+            let error = (got[j] - want[j]).abs();
+            max_error = if error.is_nan() {
+                f64::INFINITY
+            } else {
+                max_error.max(error)
+            };
+        }
+    }
+    if max_error > tolerance {
+        return Err(format!(
+            "{field}: largest error {max_error:.3e} above the tolerance {tolerance:.3e}"
+        ));
+    }
+    Ok(max_error)
 }
 
 /// The first whole number among the dotted components of a module path

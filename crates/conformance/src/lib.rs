@@ -8,8 +8,10 @@
 pub mod backends;
 pub mod case;
 pub mod checkpoint;
+pub mod embeddings;
 pub mod run;
 
 pub use case::Case;
 pub use checkpoint::run_checkpoint;
+pub use embeddings::run_embeddings;
 pub use run::{Outcome, run_case};

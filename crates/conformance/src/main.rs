@@ -1,8 +1,9 @@
-//! `conformance --backend NAME [--cases DIR ...] [--models DIR ...]`
+//! `conformance --backend NAME [--cases DIR ...] [--models DIR ...] [--embeddings FILE --embed-model DIR]`
 //!
-//! Runs every case file of the `--cases` directories and every checkpoint directory inside the
-//! `--models` directories on one backend and prints one tab-separated line per case:
-//! `case  NAME  pass|FAIL|pending  MAX_ERROR  DETAIL` (`checkpoint  NAME ...` for checkpoints),
+//! Runs every case file of the `--cases` directories, every checkpoint directory inside the
+//! `--models` directories and the sentence-embedding reference `--embeddings` (with the model
+//! directory `--embed-model`) on one backend and prints one tab-separated line per case:
+//! `case  NAME  pass|FAIL  MAX_ERROR  DETAIL` (`checkpoint  NAME ...` for checkpoints),
 //! after a first line
 //! `backend  NAME  ready|FAIL  DETAIL`. A backend that cannot start is reported, not skipped, and
 //! the exit code is 2; otherwise 0 (the caller judges the lines).
@@ -12,14 +13,20 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use burn::tensor::{Device, Tensor};
-use conformance::{Case, Outcome, backends, run_case, run_checkpoint};
+use conformance::{Case, Outcome, backends, run_case, run_checkpoint, run_embeddings};
 
 fn main() -> ExitCode {
-    let (backend, dirs, model_dirs) = match parse_args() {
+    let Args {
+        backend,
+        dirs,
+        model_dirs,
+        embeddings,
+    } = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             eprintln!(
-                "{message}\nusage: conformance --backend NAME [--cases DIR ...] [--models DIR ...]"
+                "{message}\nusage: conformance --backend NAME [--cases DIR ...] [--models DIR ...] \
+                 [--embeddings FILE --embed-model DIR]"
             );
             return ExitCode::from(64);
         }
@@ -93,6 +100,17 @@ fn main() -> ExitCode {
             print_line("checkpoint", &name, outcome_fields(outcome));
         }
     }
+    if let Some((reference, model)) = &embeddings {
+        let name = reference
+            .file_stem()
+            .map(|n| format!("{} embeddings", n.to_string_lossy()))
+            .unwrap_or_default();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_embeddings(reference, model, &device)
+        }))
+        .unwrap_or_else(|panic| Outcome::Fail(format!("panicked: {}", panic_message(&panic))));
+        print_line("checkpoint", &name, outcome_fields(outcome));
+    }
     ExitCode::SUCCESS
 }
 
@@ -101,7 +119,6 @@ fn outcome_fields(outcome: Outcome) -> (&'static str, String, String) {
     match outcome {
         Outcome::Pass { max_error } => ("pass", format!("{max_error:.3e}"), String::new()),
         Outcome::Fail(detail) => ("FAIL", "-".into(), detail),
-        Outcome::Pending { max_error, detail } => ("pending", format!("{max_error:.3e}"), detail),
     }
 }
 
@@ -124,28 +141,50 @@ fn checkpoint_dirs(dir: &std::path::Path) -> Result<Vec<PathBuf>, String> {
     Ok(dirs)
 }
 
-fn parse_args() -> Result<(String, Vec<PathBuf>, Vec<PathBuf>), String> {
+struct Args {
+    backend: String,
+    dirs: Vec<PathBuf>,
+    model_dirs: Vec<PathBuf>,
+    /// The reference file and the model directory.
+    embeddings: Option<(PathBuf, PathBuf)>,
+}
+
+fn parse_args() -> Result<Args, String> {
     let mut backend = None;
     let mut dirs = Vec::new();
     let mut model_dirs = Vec::new();
+    let (mut reference, mut model) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        let mut path = |what: &str| {
+            args.next()
+                .map(PathBuf::from)
+                .ok_or(format!("{arg} needs {what}"))
+        };
         match arg.as_str() {
             "--backend" => backend = Some(args.next().ok_or("--backend needs a name")?),
-            "--cases" => dirs.push(PathBuf::from(
-                args.next().ok_or("--cases needs a directory")?,
-            )),
-            "--models" => model_dirs.push(PathBuf::from(
-                args.next().ok_or("--models needs a directory")?,
-            )),
+            "--cases" => dirs.push(path("a directory")?),
+            "--models" => model_dirs.push(path("a directory")?),
+            "--embeddings" => reference = Some(path("a file")?),
+            "--embed-model" => model = Some(path("a directory")?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let backend = backend.ok_or("--backend is required")?;
-    if dirs.is_empty() && model_dirs.is_empty() {
-        return Err("at least one --cases or --models directory is required".into());
+    let embeddings = match (reference, model) {
+        (Some(reference), Some(model)) => Some((reference, model)),
+        (None, None) => None,
+        _ => return Err("--embeddings and --embed-model go together".into()),
+    };
+    if dirs.is_empty() && model_dirs.is_empty() && embeddings.is_none() {
+        return Err("at least one --cases, --models or --embeddings is required".into());
     }
-    Ok((backend, dirs, model_dirs))
+    Ok(Args {
+        backend,
+        dirs,
+        model_dirs,
+        embeddings,
+    })
 }
 
 /// Builds the device and proves it computes: `sum([1, 2]) = 3`.

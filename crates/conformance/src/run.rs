@@ -25,14 +25,6 @@ pub enum Outcome {
     },
     /// A field is out of tolerance, the module failed, or the case could not be read.
     Fail(String),
-    /// Every compared field is within tolerance, but some fields wait for code that does not
-    /// exist yet (a checkpoint's whole-model fields).
-    Pending {
-        /// The largest `|got - want|` over what was compared.
-        max_error: f64,
-        /// What waits.
-        detail: String,
-    },
 }
 
 /// Why a run stopped before comparing.

@@ -3,7 +3,7 @@
 
 use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 use crate::error::{PositionalError, or_panic};
 
@@ -127,6 +127,58 @@ impl LearnedPositionalEmbedding {
         ))
     }
 
+    /// Adds the rows at explicit positions `[batch, seq]` (a left-padded batch's `cumsum(mask) -
+    /// 1`, say): one gather from the table, so the gradient reaches the rows used. Positions are
+    /// checked against the table on the host (one reduction, read back).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - `positions`: `[batch, seq]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward_at(
+        &self,
+        x: Tensor<3>,
+        positions: Tensor<2, Int>,
+    ) -> Result<Tensor<3>, PositionalError> {
+        let [max_sequence_length, d_model] = self.weight.dims();
+        let [batch, seq, width] = x.dims();
+        if width != d_model {
+            return Err(PositionalError::input(
+                "x.dims()[2]",
+                width,
+                format!("must equal d_model ({d_model})"),
+            ));
+        }
+        if positions.dims() != [batch, seq] {
+            return Err(PositionalError::input(
+                "positions.dims()",
+                positions.dims(),
+                format!("must be [batch, seq] = [{batch}, {seq}]"),
+            ));
+        }
+        if batch * seq == 0 {
+            return Ok(x);
+        }
+        let smallest = positions.clone().min().into_scalar::<i64>();
+        let largest = positions.clone().max().into_scalar::<i64>();
+        if smallest < 0 || largest >= max_sequence_length as i64 {
+            return Err(PositionalError::input(
+                "positions",
+                (smallest, largest),
+                format!(
+                    "must lie in 0..max_sequence_length (0..{max_sequence_length}): learned \
+                     embeddings end there"
+                ),
+            ));
+        }
+        let rows = self
+            .weight
+            .val()
+            .select(0, positions.reshape([batch * seq]))
+            .reshape([batch, seq, d_model]);
+        Ok(x + rows)
+    }
+
     /// Panicking form of [`try_forward`](Self::try_forward).
     ///
     /// # Shapes
@@ -157,6 +209,31 @@ mod tests {
         assert_close(&y.into_data(), &[7.0, 8.0, 9.0, 10.0, 11.0, 12.0], 0.0);
     }
     for_each_backend!(adds_rows_at_offset);
+
+    /// Explicit positions read the same rows as the offset form, row by row, and positions past
+    /// the table are an error.
+    fn adds_rows_at_positions(device: &Device) {
+        let weight: Vec<f32> = (1..=12).map(|v| v as f32).collect();
+        let embedding = LearnedPositionalEmbeddingConfig::new(4, 3)
+            .try_init_with_weight(Tensor::from_data(TensorData::new(weight, [4, 3]), device))
+            .unwrap();
+        let positions =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![0i64, 0, 3, 1], [2, 2]), device);
+        let y = embedding
+            .try_forward_at(Tensor::zeros([2, 2, 3], device), positions)
+            .unwrap();
+        let want = [
+            1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 4.0, 5.0, 6.0,
+        ];
+        assert_close(&y.into_data(), &want, 0.0);
+        let past = Tensor::<2, Int>::from_data(TensorData::new(vec![4i64], [1, 1]), device);
+        let err = embedding
+            .try_forward_at(Tensor::zeros([1, 1, 3], device), past)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`positions` = (4, 4)"), "{err}");
+    }
+    for_each_backend!(adds_rows_at_positions);
 
     fn past_the_table_is_an_error(device: &Device) {
         let embedding = LearnedPositionalEmbeddingConfig::new(4, 3).init(device);

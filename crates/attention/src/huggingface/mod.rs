@@ -430,12 +430,14 @@ impl HuggingFaceConfig {
         }
     }
 
-    fn integer(&self, field: &'static str) -> Result<Option<usize>, AttentionError> {
+    /// `field` as a whole number; `None` when absent or null, an error naming it otherwise.
+    pub fn integer(&self, field: &'static str) -> Result<Option<usize>, AttentionError> {
         let whole = |v: &Value| v.as_u64().and_then(|v| usize::try_from(v).ok());
         self.typed(field, whole, "must be a whole number")
     }
 
-    fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, AttentionError> {
+    /// The first of `fields` present, as a whole number (families spell sizes differently).
+    pub fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, AttentionError> {
         for field in fields {
             if let Some(value) = self.integer(field)? {
                 return Ok(Some(value));
@@ -444,7 +446,9 @@ impl HuggingFaceConfig {
         Ok(None)
     }
 
-    fn required_integer(&self, fields: &[&'static str]) -> Result<usize, AttentionError> {
+    /// As [`first_integer`](Self::first_integer), an error naming `fields[0]` when none is
+    /// present.
+    pub fn required_integer(&self, fields: &[&'static str]) -> Result<usize, AttentionError> {
         self.first_integer(fields)?.ok_or_else(|| {
             AttentionError::config(
                 fields[0],
@@ -454,15 +458,18 @@ impl HuggingFaceConfig {
         })
     }
 
-    fn number(&self, field: &'static str) -> Result<Option<f64>, AttentionError> {
+    /// `field` as a number; `None` when absent or null, an error naming it otherwise.
+    pub fn number(&self, field: &'static str) -> Result<Option<f64>, AttentionError> {
         self.typed(field, Value::as_f64, "must be a number")
     }
 
-    fn boolean(&self, field: &'static str) -> Result<Option<bool>, AttentionError> {
+    /// `field` as true or false; `None` when absent or null, an error naming it otherwise.
+    pub fn boolean(&self, field: &'static str) -> Result<Option<bool>, AttentionError> {
         self.typed(field, Value::as_bool, "must be true or false")
     }
 
-    fn string(&self, field: &'static str) -> Result<Option<&str>, AttentionError> {
+    /// `field` as a string; `None` when absent or null, an error naming it otherwise.
+    pub fn string(&self, field: &'static str) -> Result<Option<&str>, AttentionError> {
         self.typed(field, Value::as_str, "must be a string")
     }
 }

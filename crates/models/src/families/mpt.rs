@@ -1,0 +1,87 @@
+//! MPT (MosaicML, 2023): ALiBi, LayerNorms without biases (`no_bias`), pre-norm blocks with an
+//! exact-GELU MLP of `expansion_ratio * d_model`, a final LayerNorm and the LM head tied to the
+//! embeddings. transformers' `MptModel` always applies ALiBi, so a config without it is refused
+//! rather than run with positions it does not have.
+
+use attention::huggingface::HuggingFaceConfig;
+use serde_json::{Value, json};
+
+use super::{MlpNames, Names, attention_configs, only, required, tied};
+use crate::block::{BlockConfig, BlockLayout};
+use crate::error::ModelError;
+use crate::mlp::{Activation, MlpConfig};
+use crate::norm::{NormConfig, NormKind};
+use crate::transformer::{PositionIds, TransformerConfig};
+
+pub(super) fn architecture(
+    config: &HuggingFaceConfig,
+) -> Result<(TransformerConfig, Names), ModelError> {
+    let d_model = required(config, &["d_model"])?;
+    let alibi = config
+        .json()
+        .get("attn_config")
+        .and_then(|attn| attn.get("alibi"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !alibi {
+        return Err(ModelError::config(
+            "attn_config.alibi",
+            alibi,
+            "must be true: transformers' MPT always applies ALiBi",
+        ));
+    }
+    only(
+        config,
+        "logit_scale",
+        &[],
+        "scaled logits are not supported",
+    )?;
+    only(
+        config,
+        "norm_type",
+        &[json!("low_precision_layernorm"), json!("layernorm")],
+        "must be a LayerNorm",
+    )?;
+    let no_bias = config.boolean("no_bias")?.unwrap_or(true);
+    let norm = NormConfig::new(
+        d_model,
+        NormKind::Layer,
+        config.number("layer_norm_epsilon")?.unwrap_or(1e-5),
+    )
+    .with_bias(!no_bias);
+    let ratio = config.integer("expansion_ratio")?.unwrap_or(4);
+    let mlp = MlpConfig::new(d_model, ratio * d_model, Activation::Gelu).with_bias(!no_bias);
+    let blocks = attention_configs(config)?
+        .into_iter()
+        .map(|attention| {
+            BlockConfig::new(attention, BlockLayout::PreNorm, norm.clone())
+                .with_mlp(Some(mlp.clone()))
+        })
+        .collect();
+    let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
+        .with_tied_embeddings(tied(config, true)?)
+        .with_final_norm(Some(norm))
+        // MPT's ALiBi counts token indices, padding included.
+        .with_positions(PositionIds::Index);
+    let names = Names {
+        root: "transformer.",
+        embedding: "wte.weight",
+        positions: None,
+        token_types: None,
+        embedding_norm: None,
+        layer: "blocks.{}.",
+        attention_norm: "norm_1",
+        feed_forward_norm: "norm_2",
+        post_attention_norm: None,
+        post_feed_forward_norm: None,
+        mlp: MlpNames::Separate {
+            gate: None,
+            up: "ffn.up_proj",
+            down: "ffn.down_proj",
+        },
+        final_norm: Some("norm_f"),
+        lm_head: Some("lm_head.weight"),
+        pooler: None,
+    };
+    Ok((architecture, names))
+}

@@ -1,0 +1,48 @@
+//! Whole transformer models of 14 Hugging Face families, built only from this workspace's
+//! `positional` and `attention` crates and Burn's own modules, loaded from `config.json` and
+//! `model.safetensors` as the Hub holds them, and checked against transformers' float64 outputs.
+//!
+//! | family (`model_type`) | shape | why it looks this way |
+//! |---|---|---|
+//! | `llama`, `mistral`, `qwen2`, `qwen3`, `phi3` | pre-norm decoder, RMSNorm, SwiGLU | [`families`]: Llama's lineage; Phi-3 fuses gate and up |
+//! | `gemma2`, `gemma3_text` | pre-norm and post-norm of each branch, `1 + w` norms, GeGLU, scaled and tied embeddings, final soft-cap | Gemma's model cards |
+//! | `gpt_oss` | pre-norm decoder with routed experts ([`experts`]) | gpt-oss model card |
+//! | `gpt_neox` | parallel residual | GPT-NeoX / GPT-J |
+//! | `gpt2` | learned positions, `Conv1D` MLP, tied head | GPT-2 |
+//! | `bloom` | ALiBi, LayerNorm of the embeddings | BLOOM |
+//! | `mpt` | ALiBi, LayerNorm without bias | MPT |
+//! | `bert` | encoder, post-norm, token types, pooler | BERT |
+//! | `t5` | encoder, shared relative bias, `T5LayerNorm` | T5 |
+//!
+//! ```no_run
+//! # fn main() -> Result<(), models::ModelError> {
+//! let device = burn::tensor::Device::default();
+//! let model = models::from_pretrained("path/to/llama", &device)?;
+//! let config = models::GenerationConfig::new().with_max_new_tokens(8);
+//! let tokens = model.try_generate(&[vec![1, 15, 27]], &config)?;
+//! # Ok(()) }
+//! ```
+
+pub mod block;
+pub mod error;
+pub mod experts;
+pub mod families;
+pub mod generate;
+pub mod mlp;
+pub mod norm;
+pub mod sentence;
+pub mod transformer;
+
+pub use block::{Block, BlockConfig, BlockLayout};
+pub use error::ModelError;
+pub use experts::{MixtureOfExperts, MixtureOfExpertsConfig};
+pub use families::{architecture, from_checkpoint, from_pretrained};
+pub use generate::{GenerationConfig, Step};
+pub use mlp::{Activation, Mlp, MlpConfig};
+pub use norm::{Norm, NormConfig, NormKind};
+pub use sentence::SentenceEmbedder;
+/// Hugging Face's tokenizers, as this crate reads `tokenizer.json`.
+pub use tokenizers;
+pub use transformer::{
+    ModelInputs, PositionIds, Transformer, TransformerConfig, positions_from_mask,
+};

@@ -1,0 +1,471 @@
+//! A whole model: embeddings, blocks, a final norm and (for decoders) the LM head. Every family
+//! of this crate is one [`TransformerConfig`]; the family files say which.
+
+use attention::{AttentionInputs, KvCache, PositionalScheme};
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::tensor::{Bool, Device, Int, Tensor};
+use positional::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
+
+use crate::block::{Block, BlockConfig};
+use crate::error::{ModelError, or_panic};
+use crate::norm::{Norm, NormConfig};
+
+/// Where a token's position comes from when the caller gives none.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum PositionIds {
+    /// From the padding mask, `cumsum(mask) - 1` clamped at 0, as Hugging Face's `generate`
+    /// passes them: a left-padded row starts at 0 at its first token (RoPE families, GPT-2,
+    /// BLOOM).
+    FromMask,
+    /// Token indices, whatever the padding (MPT, BERT, T5).
+    Index,
+}
+
+/// Configuration of a [`Transformer`].
+#[derive(Config, Debug)]
+pub struct TransformerConfig {
+    /// Number of token ids.
+    pub vocab_size: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// One entry per layer.
+    pub blocks: Vec<BlockConfig>,
+    /// A decoder with an LM head returning logits; `false` for an encoder returning its last
+    /// hidden state.
+    #[config(default = true)]
+    pub lm_head: bool,
+    /// The LM head is the token embedding (`tie_word_embeddings`).
+    #[config(default = false)]
+    pub tied_embeddings: bool,
+    /// Token embeddings are multiplied by this (Gemma: `sqrt(d_model)`).
+    #[config(default = "None")]
+    pub embedding_scale: Option<f64>,
+    /// A learned absolute position table of this many positions (GPT-2, BERT, MPT without ALiBi).
+    #[config(default = "None")]
+    pub learned_positions: Option<usize>,
+    /// Rows of a token-type table (BERT's segments); 0 for none.
+    #[config(default = 0)]
+    pub token_types: usize,
+    /// A norm of the embeddings (BLOOM, BERT).
+    #[config(default = "None")]
+    pub embedding_norm: Option<NormConfig>,
+    /// The norm after the last block (every family but BERT).
+    #[config(default = "None")]
+    pub final_norm: Option<NormConfig>,
+    /// `tanh(logits / c) * c` (Gemma 2's `final_logit_softcapping`).
+    #[config(default = "None")]
+    pub final_softcap: Option<f64>,
+    /// BERT's pooler, `tanh(dense(h[:, 0]))`.
+    #[config(default = false)]
+    pub pooler: bool,
+    /// Positions when the caller gives none.
+    #[config(default = "PositionIds::FromMask")]
+    pub positions: PositionIds,
+    /// T5: the first layer's relative bias is added in every layer.
+    #[config(default = false)]
+    pub shared_relative_bias: bool,
+}
+
+impl TransformerConfig {
+    /// Checks every part.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        for (field, value) in [("vocab_size", self.vocab_size), ("d_model", self.d_model)] {
+            if value == 0 {
+                return Err(ModelError::config(field, value, "must be at least 1"));
+            }
+        }
+        if self.blocks.is_empty() {
+            return Err(ModelError::config(
+                "blocks",
+                0,
+                "must hold at least one layer",
+            ));
+        }
+        for (i, block) in self.blocks.iter().enumerate() {
+            block.validate()?;
+            if block.attention.d_model != self.d_model {
+                return Err(ModelError::config(
+                    format!("blocks[{i}].attention.d_model"),
+                    block.attention.d_model,
+                    format!("must equal d_model ({})", self.d_model),
+                ));
+            }
+        }
+        if let Some(cap) = self.final_softcap
+            && !(cap.is_finite() && cap > 0.0)
+        {
+            return Err(ModelError::config(
+                "final_logit_softcapping",
+                cap,
+                "must be finite and positive",
+            ));
+        }
+        if let Some(scale) = self.embedding_scale
+            && !scale.is_finite()
+        {
+            return Err(ModelError::config(
+                "embedding_scale",
+                scale,
+                "must be finite",
+            ));
+        }
+        if self.learned_positions == Some(0) {
+            return Err(ModelError::config(
+                "learned_positions",
+                0,
+                "must be at least 1",
+            ));
+        }
+        if self.shared_relative_bias
+            && !matches!(
+                self.blocks[0].attention.positional,
+                PositionalScheme::Relative(_)
+            )
+        {
+            return Err(ModelError::config(
+                "shared_relative_bias",
+                true,
+                "needs a relative position bias in the first layer",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A model with Burn's default initialisation (to train, or to load a record into).
+    pub fn try_init(&self, device: &Device) -> Result<Transformer, ModelError> {
+        self.validate()?;
+        let d = self.d_model;
+        Ok(Transformer {
+            embedding: EmbeddingConfig::new(self.vocab_size, d).init(device),
+            positions: self
+                .learned_positions
+                .map(|len| LearnedPositionalEmbeddingConfig::new(len, d).try_init(device))
+                .transpose()?,
+            token_types: (self.token_types > 0)
+                .then(|| EmbeddingConfig::new(self.token_types, d).init(device)),
+            embedding_norm: self
+                .embedding_norm
+                .as_ref()
+                .map(|c| c.try_init(device))
+                .transpose()?,
+            blocks: self
+                .blocks
+                .iter()
+                .map(|block| block.try_init(device))
+                .collect::<Result<_, _>>()?,
+            final_norm: self
+                .final_norm
+                .as_ref()
+                .map(|c| c.try_init(device))
+                .transpose()?,
+            lm_head: (self.lm_head && !self.tied_embeddings).then(|| {
+                LinearConfig::new(d, self.vocab_size)
+                    .with_bias(false)
+                    .init(device)
+            }),
+            pooler: self.pooler.then(|| LinearConfig::new(d, d).init(device)),
+            config: self.clone(),
+        })
+    }
+
+    /// Panicking form of [`try_init`](Self::try_init).
+    pub fn init(&self, device: &Device) -> Transformer {
+        or_panic(self.try_init(device))
+    }
+}
+
+/// What a forward pass takes besides the token ids. Every field is optional.
+#[derive(Debug, Clone, Default)]
+pub struct ModelInputs {
+    /// `[batch, seq]`, true at padding.
+    pub padding_mask: Option<Tensor<2, Bool>>,
+    /// `[batch, seq]` positions; derived as [`PositionIds`] says when absent.
+    pub positions: Option<Tensor<2, Int>>,
+    /// `[batch, seq]` token types (BERT's segments); all 0 when absent.
+    pub token_types: Option<Tensor<2, Int>>,
+}
+
+impl ModelInputs {
+    /// No padding, derived positions, token type 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With a padding mask `[batch, seq]` (true at padding).
+    pub fn with_padding_mask(mut self, padding_mask: Tensor<2, Bool>) -> Self {
+        self.padding_mask = Some(padding_mask);
+        self
+    }
+
+    /// With explicit positions `[batch, seq]`.
+    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+
+    /// With token types `[batch, seq]`.
+    pub fn with_token_types(mut self, token_types: Tensor<2, Int>) -> Self {
+        self.token_types = Some(token_types);
+        self
+    }
+}
+
+/// A whole transformer: a decoder returning logits or an encoder returning hidden states.
+#[derive(Module, Debug)]
+pub struct Transformer {
+    /// `[vocab_size, d_model]` token embeddings.
+    pub embedding: Embedding,
+    /// Learned absolute positions, when the family has them.
+    pub positions: Option<LearnedPositionalEmbedding>,
+    /// `[token_types, d_model]`, BERT's segment embeddings.
+    pub token_types: Option<Embedding>,
+    /// The norm of the embeddings (BLOOM, BERT).
+    pub embedding_norm: Option<Norm>,
+    /// The layers.
+    pub blocks: Vec<Block>,
+    /// The norm after the last layer.
+    pub final_norm: Option<Norm>,
+    /// `d_model -> vocab_size`, unless tied to the embeddings or an encoder.
+    pub lm_head: Option<Linear>,
+    /// BERT's pooler.
+    pub pooler: Option<Linear>,
+    #[module(skip)]
+    pub(crate) config: TransformerConfig,
+}
+
+impl Transformer {
+    /// The configuration this model was built from.
+    pub fn config(&self) -> &TransformerConfig {
+        &self.config
+    }
+
+    /// One empty cache per layer, for [`try_forward_cached`](Self::try_forward_cached).
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.blocks.iter().map(|_| KvCache::new()).collect()
+    }
+
+    /// Logits `[batch, seq, vocab_size]` (decoders) or the last hidden state `[batch, seq,
+    /// d_model]` (encoders) of `ids` `[batch, seq]`.
+    pub fn try_forward(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+    ) -> Result<Tensor<3>, ModelError> {
+        self.run(ids, inputs, None)
+    }
+
+    /// Panicking form of [`try_forward`](Self::try_forward).
+    pub fn forward(&self, ids: Tensor<2, Int>, inputs: ModelInputs) -> Tensor<3> {
+        or_panic(self.try_forward(ids, inputs))
+    }
+
+    /// As [`try_forward`](Self::try_forward), reading and extending one cache per layer: the
+    /// new tokens follow those the caches hold (decoding costs O(cache) per token, O(window) on
+    /// sliding-window layers).
+    pub fn try_forward_cached(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor<3>, ModelError> {
+        if caches.len() != self.blocks.len() {
+            return Err(ModelError::input(
+                "caches.len()",
+                caches.len(),
+                format!("must equal the number of layers ({})", self.blocks.len()),
+            ));
+        }
+        if let Some(first) = caches.first()
+            && let Some(other) = caches.iter().find(|c| c.len() != first.len())
+        {
+            return Err(ModelError::input(
+                "caches",
+                (first.len(), other.len()),
+                "every layer's cache must hold the same number of tokens",
+            ));
+        }
+        if self.config.shared_relative_bias {
+            return Err(ModelError::input(
+                "caches",
+                caches.len(),
+                "an encoder with a shared relative bias (T5) attends to the whole input at once",
+            ));
+        }
+        self.run(ids, inputs, Some(caches))
+    }
+
+    /// BERT's pooled output `[batch, d_model]`, `tanh(dense(h[:, 0]))`, from the last hidden
+    /// state `[batch, seq, d_model]`; `None` without a pooler.
+    pub fn pool(&self, hidden: Tensor<3>) -> Option<Tensor<2>> {
+        let pooler = self.pooler.as_ref()?;
+        let [batch, _, d_model] = hidden.dims();
+        let first = hidden.narrow(1, 0, 1).reshape([batch, d_model]);
+        Some(pooler.forward(first).tanh())
+    }
+
+    /// Checks `ids` against the vocabulary: one reduction, read back.
+    fn check_ids(&self, ids: &Tensor<2, Int>) -> Result<(), ModelError> {
+        let [batch, seq] = ids.dims();
+        if batch == 0 || seq == 0 {
+            return Err(ModelError::input(
+                "ids.dims()",
+                [batch, seq],
+                "must hold at least one token in at least one row",
+            ));
+        }
+        let extremes = Tensor::cat(
+            vec![
+                ids.clone().min().reshape([1]),
+                ids.clone().max().reshape([1]),
+            ],
+            0,
+        )
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .map_err(|e| ModelError::input("ids", format!("{e:?}"), "must be integer data"))?;
+        let vocab = self.config.vocab_size as i64;
+        for id in extremes {
+            if !(0..vocab).contains(&id) {
+                return Err(ModelError::input(
+                    "ids",
+                    id,
+                    format!("token ids must lie in 0..vocab_size (0..{vocab})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+        mut caches: Option<&mut [KvCache]>,
+    ) -> Result<Tensor<3>, ModelError> {
+        self.check_ids(&ids)?;
+        let [batch, seq] = ids.dims();
+        let device = ids.device();
+        let ModelInputs {
+            padding_mask,
+            positions,
+            token_types,
+        } = inputs;
+        for (name, dims) in [
+            (
+                "padding_mask.dims()",
+                padding_mask.as_ref().map(|t| t.dims()),
+            ),
+            ("positions.dims()", positions.as_ref().map(|t| t.dims())),
+            ("token_types.dims()", token_types.as_ref().map(|t| t.dims())),
+        ] {
+            if let Some(dims) = dims
+                && dims != [batch, seq]
+            {
+                return Err(ModelError::input(
+                    name,
+                    dims,
+                    format!("must be [batch, seq] = [{batch}, {seq}]"),
+                ));
+            }
+        }
+        let past = caches
+            .as_ref()
+            .and_then(|caches| caches.first())
+            .map_or(0, KvCache::len);
+        let positions = match (positions, self.config.positions) {
+            (Some(positions), _) => Some(positions),
+            (None, PositionIds::FromMask) => padding_mask
+                .as_ref()
+                .map(|mask| positions_from_mask(mask.clone())),
+            (None, PositionIds::Index) => None,
+        };
+
+        let mut x = self.embedding.forward(ids);
+        if let Some(scale) = self.config.embedding_scale {
+            x = x * scale;
+        }
+        if let Some(table) = &self.positions {
+            x = match &positions {
+                Some(positions) => table.try_forward_at(x, positions.clone())?,
+                None => table.try_forward(x, past)?,
+            };
+        }
+        if let Some(table) = &self.token_types {
+            let types = token_types.unwrap_or_else(|| Tensor::zeros([batch, seq], &device));
+            x = x + table.forward(types_checked(types, self.config.token_types)?);
+        }
+        if let Some(norm) = &self.embedding_norm {
+            x = norm.forward(x);
+        }
+
+        let shared_bias = match self.config.shared_relative_bias {
+            true => {
+                let relative = self.blocks[0].attention.relative.as_ref().ok_or_else(|| {
+                    ModelError::config("shared_relative_bias", true, "no relative bias in layer 0")
+                })?;
+                Some(relative.try_bias(0, seq, seq)?)
+            }
+            false => None,
+        };
+        // Only RoPE, ALiBi and the relative bias read positions inside attention; a learned
+        // table has already added them.
+        let attention_positions = positions.filter(|_| self.positions.is_none());
+        for (i, block) in self.blocks.iter().enumerate() {
+            let mut attention_inputs = AttentionInputs::new();
+            if let Some(mask) = &padding_mask {
+                attention_inputs = attention_inputs.with_padding_mask(mask.clone());
+            }
+            if let Some(positions) = &attention_positions {
+                attention_inputs = attention_inputs.with_positions(positions.clone());
+            }
+            if i > 0
+                && let Some(bias) = &shared_bias
+            {
+                attention_inputs = attention_inputs.with_bias(bias.clone());
+            }
+            let cache = caches.as_deref_mut().map(|caches| &mut caches[i]);
+            x = block.try_forward(x, attention_inputs, cache)?;
+        }
+        if let Some(norm) = &self.final_norm {
+            x = norm.forward(x);
+        }
+        if !self.config.lm_head {
+            return Ok(x);
+        }
+        let mut logits = match &self.lm_head {
+            Some(head) => head.forward(x),
+            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+        };
+        if let Some(cap) = self.config.final_softcap {
+            logits = (logits / cap).tanh() * cap;
+        }
+        Ok(logits)
+    }
+}
+
+/// `cumsum(!padding) - 1`, clamped at 0: the positions `generate` gives a left-padded batch.
+pub fn positions_from_mask(padding_mask: Tensor<2, Bool>) -> Tensor<2, Int> {
+    padding_mask
+        .bool_not()
+        .int()
+        .cumsum(1)
+        .sub_scalar(1)
+        .clamp_min(0)
+}
+
+/// Token types must index the table: checked on the host (one read of a small tensor).
+fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, ModelError> {
+    let largest = types.clone().max().into_scalar::<i64>();
+    let smallest = types.clone().min().into_scalar::<i64>();
+    if smallest < 0 || largest >= rows as i64 {
+        return Err(ModelError::input(
+            "token_types",
+            (smallest, largest),
+            format!("must lie in 0..{rows}"),
+        ));
+    }
+    Ok(types)
+}

@@ -1,0 +1,321 @@
+//! Loading the repository's reference checkpoints (`crates/conformance/models`) through the public
+//! API: what a broken directory, config or checkpoint gives, that records save and load, that
+//! the cache gives what the whole sequence gives, and generation's inputs. The numbers against
+//! transformers are the conformance runner's (`cargo xtask test-backends`).
+
+use std::path::{Path, PathBuf};
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use models::{GenerationConfig, ModelInputs, from_pretrained};
+use positional::testing::{assert_close, floats, for_each_backend};
+use serde_json::Value;
+
+fn checkpoint(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../conformance/models")
+        .join(family)
+}
+
+/// A copy of `family`'s checkpoint in a scratch directory, to break.
+fn scratch_copy(family: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("models-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(checkpoint(family).join(file), dir.join(file)).unwrap();
+    }
+    dir
+}
+
+/// A safetensors file as (name, dtype, shape, bytes), in the file's order.
+type Tensors = Vec<(String, String, Vec<usize>, Vec<u8>)>;
+
+fn read_safetensors(path: &Path) -> Tensors {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> =
+        serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    let data = &bytes[8 + len..];
+    let mut tensors: Tensors = header
+        .iter()
+        .filter(|(name, _)| *name != "__metadata__")
+        .map(|(name, info)| {
+            let offsets: Vec<usize> = info["data_offsets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as usize)
+                .collect();
+            (
+                name.clone(),
+                info["dtype"].as_str().unwrap().to_owned(),
+                info["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap() as usize)
+                    .collect(),
+                data[offsets[0]..offsets[1]].to_vec(),
+            )
+        })
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    tensors
+}
+
+fn write_safetensors(path: &Path, tensors: &Tensors) {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, dtype, shape, bytes) in tensors {
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape,
+                "data_offsets": [data.len(), data.len() + bytes.len()]}),
+        );
+        data.extend_from_slice(bytes);
+    }
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    out.extend(data);
+    std::fs::write(path, out).unwrap();
+}
+
+fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+    let path = dir.join("config.json");
+    let mut config: serde_json::Map<String, Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut config);
+    std::fs::write(path, serde_json::to_string(&config).unwrap()).unwrap();
+}
+
+fn error_of(dir: &Path, device: &Device) -> String {
+    from_pretrained(dir, device).unwrap_err().to_string()
+}
+
+/// Every way a checkpoint directory can be wrong is an error naming what is wrong.
+fn broken_checkpoints_are_named_errors(device: &Device) {
+    let empty = std::env::temp_dir().join(format!("models-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    assert!(error_of(&empty, device).contains("holds no config.json"));
+
+    let dir = scratch_copy("llama3", "broken");
+    let original = read_safetensors(&dir.join("model.safetensors"));
+    edit_config(&dir, |c| {
+        c.insert("model_type".into(), "falcon".into());
+    });
+    let err = error_of(&dir, device);
+    assert!(err.contains("`model_type` = \"falcon\""), "{err}");
+    std::fs::copy(
+        checkpoint("llama3").join("config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+    edit_config(&dir, |c| {
+        c.insert("hidden_act".into(), "mish".into());
+    });
+    let err = error_of(&dir, device);
+    assert!(err.contains("`hidden_act` = \"mish\""), "{err}");
+    std::fs::copy(
+        checkpoint("llama3").join("config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
+
+    let name = "model.layers.1.mlp.up_proj.weight";
+    let mut missing = original.clone();
+    missing.retain(|t| t.0 != name);
+    write_safetensors(&dir.join("model.safetensors"), &missing);
+    let err = error_of(&dir, device);
+    assert!(err.contains(&format!("has no tensor {name:?}")), "{err}");
+
+    let mut extra = original.clone();
+    extra.push(("score.weight".into(), "F32".into(), vec![1], vec![0; 4]));
+    write_safetensors(&dir.join("model.safetensors"), &extra);
+    let err = error_of(&dir, device);
+    assert!(
+        err.contains("score.weight") && err.contains("does not use"),
+        "{err}"
+    );
+
+    let mut misshapen = original.clone();
+    let up = misshapen.iter_mut().find(|t| t.0 == name).unwrap();
+    up.2 = vec![up.2[1], up.2[0]];
+    write_safetensors(&dir.join("model.safetensors"), &misshapen);
+    let err = error_of(&dir, device);
+    assert!(
+        err.contains(name.trim_end_matches(".weight")) && err.contains("must be [128, 64]"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+for_each_backend!(broken_checkpoints_are_named_errors);
+
+/// Token ids past the vocabulary, prompts past the learned positions, mismatched caches.
+fn bad_inputs_are_named_errors(device: &Device) {
+    let model = from_pretrained(checkpoint("gpt2"), device).unwrap();
+    let ids =
+        |v: Vec<i64>| Tensor::<2, Int>::from_data(TensorData::new(v.clone(), [1, v.len()]), device);
+    let err = model
+        .try_forward(ids(vec![1, 96]), ModelInputs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`ids` = 96: token ids must lie in 0..vocab_size (0..96)"),
+        "{err}"
+    );
+    let err = model
+        .try_forward(ids(vec![-1, 3]), ModelInputs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`ids` = -1"), "{err}");
+    // GPT-2 learned 64 positions.
+    let err = model
+        .try_generate(
+            &[vec![1; 60]],
+            &GenerationConfig::new().with_max_new_tokens(8),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`prompt length + max_new_tokens` = 68"),
+        "{err}"
+    );
+    let err = model
+        .try_forward(ids(vec![1; 65]), ModelInputs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`offset + seq` = 65"), "{err}");
+    let err = model
+        .try_generate(&[vec![1, 2], vec![]], &GenerationConfig::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`prompts[1]`"), "{err}");
+    let mut caches = model.new_caches();
+    model
+        .try_forward_cached(ids(vec![1, 2]), ModelInputs::new(), &mut caches[..1])
+        .unwrap_err();
+    model
+        .try_forward_cached(ids(vec![1, 2]), ModelInputs::new(), &mut caches)
+        .unwrap();
+    caches[1].reset();
+    let err = model
+        .try_forward_cached(ids(vec![3]), ModelInputs::new(), &mut caches)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("every layer's cache must hold the same number of tokens"),
+        "{err}"
+    );
+}
+for_each_backend!(bad_inputs_are_named_errors);
+
+/// The logits of a prompt then one token at a time through the cache are those of the whole
+/// sequence at once, for a family of each positional kind (RoPE with a window and sinks, learned
+/// positions, ALiBi).
+fn cached_decoding_matches_the_whole_sequence(device: &Device) {
+    for family in ["gpt_oss", "gpt2", "bloom", "mpt"] {
+        let model = from_pretrained(checkpoint(family), device).unwrap();
+        let tokens: Vec<i64> = (0..12).map(|i| (i * 7 + 3) % 96).collect();
+        let ids = |v: &[i64]| {
+            Tensor::<2, Int>::from_data(TensorData::new(v.to_vec(), [1, v.len()]), device)
+        };
+        let whole = floats(&model.forward(ids(&tokens), ModelInputs::new()).into_data());
+        let mut caches = model.new_caches();
+        let mut stepped = floats(
+            &model
+                .try_forward_cached(ids(&tokens[..5]), ModelInputs::new(), &mut caches)
+                .unwrap()
+                .into_data(),
+        );
+        for t in 5..tokens.len() {
+            let step = model
+                .try_forward_cached(ids(&tokens[t..t + 1]), ModelInputs::new(), &mut caches)
+                .unwrap();
+            stepped.extend(floats(&step.into_data()));
+        }
+        assert_close(&TensorData::new(stepped, [whole.len()]), &whole, 1e-4);
+    }
+}
+for_each_backend!(cached_decoding_matches_the_whole_sequence);
+
+/// A left-padded batch generates for each row what that row generates alone.
+fn batched_generation_matches_each_prompt_alone(device: &Device) {
+    for family in ["llama3", "gemma2", "bloom"] {
+        let model = from_pretrained(checkpoint(family), device).unwrap();
+        let prompts = vec![vec![5u32, 17, 33, 2, 40, 41], vec![7, 8]];
+        let config = GenerationConfig::new().with_max_new_tokens(5);
+        let together = model.try_generate(&prompts, &config).unwrap();
+        for (prompt, got) in prompts.iter().zip(&together) {
+            let alone = model
+                .try_generate(std::slice::from_ref(prompt), &config)
+                .unwrap();
+            assert_eq!(&alone[0], got, "{family}");
+        }
+        // Sampling: the seed decides.
+        let sampled = GenerationConfig::new()
+            .with_max_new_tokens(6)
+            .with_temperature(1.0)
+            .with_top_k(Some(20))
+            .with_top_p(Some(0.9));
+        let draw = |seed| {
+            model
+                .try_generate(&prompts, &sampled.clone().with_seed(seed))
+                .unwrap()
+        };
+        assert_eq!(draw(1), draw(1));
+        // Stop tokens end a row and are kept.
+        let first = together[0][0];
+        let stopped = model
+            .try_generate(&prompts[..1], &config.clone().with_stop_tokens(vec![first]))
+            .unwrap();
+        assert_eq!(stopped[0], vec![first]);
+    }
+}
+for_each_backend!(batched_generation_matches_each_prompt_alone);
+
+/// A loaded model saved as a Burn record and loaded into a fresh model of the same architecture
+/// gives the same outputs; an encoder's padding rows do not change the other rows.
+fn records_round_trip(device: &Device) {
+    for family in ["gemma3", "bert", "t5", "phi3"] {
+        let dir = checkpoint(family);
+        let model = from_pretrained(&dir, device).unwrap();
+        let config = attention::huggingface::HuggingFaceConfig::from_dir(&dir).unwrap();
+        let mut architecture = models::architecture(&config).unwrap();
+        architecture.pooler = model.pooler.is_some();
+        let file = std::env::temp_dir().join(format!(
+            "models-record-{family}-{}-{:?}.bpk",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let config_file = file.with_extension("json");
+        // The architecture as a Burn config file, the weights as a Burn record.
+        architecture.save(&config_file).unwrap();
+        model.clone().save_file(&file).unwrap();
+        let loaded = models::TransformerConfig::load(&config_file)
+            .unwrap()
+            .try_init(device)
+            .unwrap()
+            .try_load_file(&file)
+            .unwrap();
+        let ids = Tensor::<2, Int>::from_data(
+            TensorData::new(vec![3i64, 9, 27, 81, 50, 11], [2, 3]),
+            device,
+        );
+        let padding = Tensor::<2, Bool>::from_data(
+            TensorData::new(vec![false, false, false, false, false, true], [2, 3]),
+            device,
+        );
+        let inputs = ModelInputs::new().with_padding_mask(padding);
+        let want = floats(&model.forward(ids.clone(), inputs.clone()).into_data());
+        // Loaded weights are PyTorch's transposed views, reloaded ones contiguous: the products
+        // accumulate in another order, a few ulps apart.
+        assert_close(&loaded.forward(ids, inputs).into_data(), &want, 2e-5);
+        drop(loaded);
+        std::fs::remove_file(&file).ok();
+        std::fs::remove_file(&config_file).ok();
+    }
+}
+for_each_backend!(records_round_trip);
