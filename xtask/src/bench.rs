@@ -77,10 +77,10 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     let features = features();
     // The whole workspace is selected so that the feature set (and so the build) is the one
     // `test-backends` uses; `--bench *` keeps it to the benchmark targets.
-    let mut command: Command = cmd!(
+    let mut command: Command = crate::cargo_command(cmd!(
         sh,
         "cargo bench --workspace --exclude xtask --features {features} --bench * -- {args...}"
-    )
+    ))
     .into();
     let mut child = command.stdout(Stdio::piped()).spawn()?;
     let mut output = String::new();

@@ -57,6 +57,26 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| project_root().join("target"))
 }
 
+/// A cargo command without the variables `cargo run` gave the xtask about its own package
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...). Build scripts that declare them (ring's, under
+/// torch-sys) would otherwise see another environment than a plain `cargo build` and rerun, and
+/// everything above them would rebuild each time the two alternate.
+pub fn cargo_command(mut command: xshell::Cmd<'_>) -> xshell::Cmd<'_> {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let from_cargo_run = key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                key,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            );
+        if from_cargo_run {
+            command = command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// Reads an environment variable that must be valid UTF-8 when present.
 fn env_path(name: &str) -> anyhow::Result<Option<PathBuf>> {
     match std::env::var(name) {

@@ -31,10 +31,10 @@ pub fn features() -> String {
 /// conformance runner, with every backend.
 pub fn build(sh: &Shell) -> anyhow::Result<()> {
     let features = features();
-    cmd!(
+    crate::cargo_command(cmd!(
         sh,
         "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
-    )
+    ))
     .run()
     .context("building the workspace with every backend")
 }
@@ -89,10 +89,10 @@ impl TestBackends {
         let minilm = crate::minilm::provision(sh, &torch.python())?;
         let _minilm_env = sh.push_env("MINILM_DIR", &minilm);
         let tests_started = Instant::now();
-        let unit_tests = cmd!(
+        let unit_tests = crate::cargo_command(cmd!(
             sh,
             "cargo test --release --workspace --exclude xtask --features {features} --no-fail-fast"
-        )
+        ))
         .run()
         .is_ok();
         let tests_time = tests_started.elapsed();
