@@ -310,9 +310,23 @@ fn records_round_trip(device: &Device) {
         );
         let inputs = ModelInputs::new().with_padding_mask(padding);
         let want = floats(&model.forward(ids.clone(), inputs.clone()).into_data());
+        // The weights come back bit for bit.
+        let bits = |t: Tensor<2>| -> Vec<u32> {
+            floats(&t.into_data()).iter().map(|v| v.to_bits()).collect()
+        };
+        assert_eq!(
+            bits(loaded.embedding.weight.val()),
+            bits(model.embedding.weight.val())
+        );
+        for (a, b) in loaded.blocks.iter().zip(&model.blocks) {
+            assert_eq!(
+                bits(a.attention.query.weight.val()),
+                bits(b.attention.query.weight.val())
+            );
+        }
         // Loaded weights are PyTorch's transposed views, reloaded ones contiguous: the products
-        // accumulate in another order, a few ulps apart.
-        assert_close(&loaded.forward(ids, inputs).into_data(), &want, 2e-5);
+        // accumulate in another order, some ulps apart (most on WGPU).
+        assert_close(&loaded.forward(ids, inputs).into_data(), &want, 1e-4);
         drop(loaded);
         std::fs::remove_file(&file).ok();
         std::fs::remove_file(&config_file).ok();
