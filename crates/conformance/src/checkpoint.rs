@@ -334,7 +334,7 @@ fn floats(output: Tensor<3>) -> Result<Vec<f64>, String> {
 
 /// The largest `|got - want|` over the rows kept (`keep[row]`, rows of `want.len() / keep.len()`
 /// values), an error above `tolerance` or on a length mismatch.
-fn compare(
+pub(crate) fn compare(
     field: &str,
     got: &[f64],
     want: &[f64],

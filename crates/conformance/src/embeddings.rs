@@ -9,6 +9,7 @@ use burn::tensor::Device;
 use models::SentenceEmbedder;
 use serde_json::{Map, Value};
 
+use crate::checkpoint::compare;
 use crate::run::Outcome;
 
 /// Fields of the reference file.
@@ -115,28 +116,12 @@ fn check(reference: &Path, model: &Path, device: &Device) -> Result<f64, String>
         }
     }
     let got: Vec<f64> = rows.into_iter().flatten().flatten().collect();
-    let width = got.len() / sentences.len();
-    let mut max_error = 0.0f64;
-    for (i, row) in want.iter().enumerate() {
-        if row.len() != width {
-            return Err(format!(
-                "sentence {i}: {width} values, expected {}",
-                row.len()
-            ));
-        }
-        for (g, w) in got[i * width..(i + 1) * width].iter().zip(row) {
-            let error = (g - w).abs();
-            max_error = if error.is_nan() {
-                f64::INFINITY
-            } else {
-                max_error.max(error)
-            };
-        }
-    }
-    if max_error > tolerance {
-        return Err(format!(
-            "largest error {max_error:.3e} above the tolerance {tolerance:.3e}"
-        ));
-    }
-    Ok(max_error)
+    let want: Vec<f64> = want.into_iter().flatten().collect();
+    compare(
+        "embeddings",
+        &got,
+        &want,
+        &vec![true; sentences.len()],
+        tolerance,
+    )
 }

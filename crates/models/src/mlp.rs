@@ -98,6 +98,34 @@ impl MlpConfig {
     }
 }
 
+impl MlpConfig {
+    /// The block from loaded projections (a checkpoint's), without initialising weights first.
+    pub fn try_init_with(
+        &self,
+        gate: Option<Linear>,
+        up: Linear,
+        down: Linear,
+    ) -> Result<Mlp, ModelError> {
+        self.validate()?;
+        if gate.is_some() != self.gated {
+            return Err(ModelError::input(
+                "mlp.gate",
+                gate.is_some(),
+                format!(
+                    "a gate must be given exactly when the MLP is gated ({})",
+                    self.gated
+                ),
+            ));
+        }
+        Ok(Mlp {
+            gate,
+            up,
+            down,
+            activation: self.activation,
+        })
+    }
+}
+
 /// A feed-forward block, plain or gated.
 #[derive(Module, Debug)]
 pub struct Mlp {

@@ -6,8 +6,8 @@
 
 use attention::huggingface::HuggingFaceConfig;
 
-use super::{MlpNames, Names, activation, attention_configs, required};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, activation, dense_blocks, required};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
@@ -28,13 +28,7 @@ pub(super) fn architecture(
         activation(config, "hidden_act", "gelu")?,
     )
     .with_bias(true);
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, BlockLayout::PostNorm, norm.clone())
-                .with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, BlockLayout::PostNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_lm_head(false)
         .with_learned_positions(Some(required(config, &["max_position_embeddings"])?))

@@ -5,8 +5,8 @@
 use attention::huggingface::HuggingFaceConfig;
 use serde_json::json;
 
-use super::{MlpNames, Names, attention_configs, only, required, tied};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, dense_blocks, only, required, tied};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
@@ -28,13 +28,7 @@ pub(super) fn architecture(
         config.number("layer_norm_epsilon")?.unwrap_or(1e-5),
     );
     let mlp = MlpConfig::new(d_model, 4 * d_model, Activation::GeluTanh).with_bias(true);
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, BlockLayout::PreNorm, norm.clone())
-                .with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, true)?)
         .with_embedding_norm(Some(norm.clone()))

@@ -4,8 +4,8 @@
 
 use attention::huggingface::HuggingFaceConfig;
 
-use super::{MlpNames, Names, activation, attention_configs, required, tied};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, activation, dense_blocks, required, tied};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
@@ -27,13 +27,7 @@ pub(super) fn architecture(
         activation(config, "activation_function", "gelu_new")?,
     )
     .with_bias(true);
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, BlockLayout::PreNorm, norm.clone())
-                .with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, true)?)
         .with_learned_positions(Some(required(

@@ -4,8 +4,8 @@
 
 use attention::huggingface::HuggingFaceConfig;
 
-use super::{MlpNames, Names, activation, attention_configs, required, tied};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, activation, dense_blocks, required, tied};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
@@ -30,12 +30,7 @@ pub(super) fn architecture(
         true => BlockLayout::ParallelResidual,
         false => BlockLayout::PreNorm,
     };
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, layout, norm.clone()).with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, layout, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, false)?)
         .with_final_norm(Some(norm))

@@ -310,11 +310,7 @@ impl<'a> Loader<'a> {
                         }
                         MlpNames::Experts { .. } => unreachable!("matched above"),
                     };
-                    let mut module = mlp.try_init(self.device)?;
-                    module.gate = gate;
-                    module.up = up;
-                    module.down = down;
-                    (Some::<Mlp>(module), None)
+                    (Some::<Mlp>(mlp.try_init_with(gate, up, down)?), None)
                 }
                 _ => {
                     return Err(ModelError::config(
@@ -449,6 +445,22 @@ pub(crate) fn attention_configs(
     (0..config.num_layers()?)
         .map(|layer| Ok(config.attention_config(layer)?))
         .collect()
+}
+
+/// One block per layer, each with its layer's attention, `layout`, `norm` and the dense `mlp`.
+pub(crate) fn dense_blocks(
+    config: &HuggingFaceConfig,
+    layout: crate::block::BlockLayout,
+    norm: &NormConfig,
+    mlp: &crate::mlp::MlpConfig,
+) -> Result<Vec<crate::block::BlockConfig>, ModelError> {
+    Ok(attention_configs(config)?
+        .into_iter()
+        .map(|attention| {
+            crate::block::BlockConfig::new(attention, layout, norm.clone())
+                .with_mlp(Some(mlp.clone()))
+        })
+        .collect())
 }
 
 /// A required whole number, the first of `fields` present.

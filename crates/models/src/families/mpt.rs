@@ -6,8 +6,8 @@
 use attention::huggingface::HuggingFaceConfig;
 use serde_json::{Value, json};
 
-use super::{MlpNames, Names, attention_configs, only, required, tied};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, dense_blocks, only, required, tied};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
@@ -51,13 +51,7 @@ pub(super) fn architecture(
     .with_bias(!no_bias);
     let ratio = config.integer("expansion_ratio")?.unwrap_or(4);
     let mlp = MlpConfig::new(d_model, ratio * d_model, Activation::Gelu).with_bias(!no_bias);
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, BlockLayout::PreNorm, norm.clone())
-                .with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, true)?)
         .with_final_norm(Some(norm))

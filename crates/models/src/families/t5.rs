@@ -6,8 +6,8 @@
 
 use attention::huggingface::HuggingFaceConfig;
 
-use super::{MlpNames, Names, attention_configs, required};
-use crate::block::{BlockConfig, BlockLayout};
+use super::{MlpNames, Names, dense_blocks, required};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
@@ -40,13 +40,7 @@ pub(super) fn architecture(
         other => Activation::from_huggingface("feed_forward_proj", other)?,
     };
     let mlp = MlpConfig::new(d_model, required(config, &["d_ff"])?, activation).with_gated(gated);
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(attention, BlockLayout::PreNorm, norm.clone())
-                .with_mlp(Some(mlp.clone()))
-        })
-        .collect();
+    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_lm_head(false)
         .with_final_norm(Some(norm))
