@@ -15,6 +15,7 @@ use positional::{Alibi, RelativePositionBias, RotaryEncoding};
 use crate::alibi_attention;
 use crate::cache::{CachedKeys, KvCache};
 use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
+use crate::decode_attention;
 use crate::error::{AttentionError, or_panic};
 
 /// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
@@ -309,13 +310,7 @@ impl MultiHeadAttention {
                 positions.clone(),
                 self.config.sliding_window,
             )?,
-            None => CachedKeys {
-                keys: k,
-                values: v,
-                padding: padding_mask,
-                positions: positions.clone(),
-                first_index: 0,
-            },
+            None => CachedKeys::whole(k, v, padding_mask, positions.clone()),
         };
         let context = self.attention(q, keys, positions, bias, past)?;
         let context = context
@@ -336,32 +331,58 @@ impl MultiHeadAttention {
         past: usize,
     ) -> Result<Tensor<4>, AttentionError> {
         let groups = self.config.n_heads / self.config.kv_heads();
-        let CachedKeys {
-            keys: k,
-            values: v,
-            padding: key_padding,
-            positions: key_positions,
-            first_index,
-        } = keys;
-        let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
         let [batch, _, q_len, _] = q.dims();
-        let k_len = k.dims()[2];
+        let k_len = keys.held.len();
         // Explicit positions change ALiBi's and the relative bias's distances; RoPE has already
         // taken them.
-        let explicit_positions = query_positions.is_some() || key_positions.is_some();
+        let explicit_positions = query_positions.is_some() || keys.positions.is_some();
         // The window hides a key only when the query is at least `window` indices past it.
         let window_hides = self
             .config
             .sliding_window
-            .is_some_and(|window| past + q_len > first_index + window);
-        let fused_options = (self.config.softcap.is_none()
-            || fused_takes_softcap(q.device().as_dispatch()))
+            .is_some_and(|window| past + q_len > keys.first_index + window);
+        // A decoding step: one pass over the cache (`decode_attention`) where the backend has
+        // it. Its query is the last key, which sees every key but those the window hides: the
+        // keys more than `window - 1` indices before it.
+        let decode_pass = q_len == 1
+            && keys.padding.is_none()
+            && self.relative.is_none()
+            && bias.is_none()
+            && !(self.alibi.is_some() && explicit_positions)
+            && decode_attention::available(&q);
+        if decode_pass {
+            let visible = self.config.sliding_window.map_or(k_len, |w| w.min(k_len));
+            return Ok(decode_attention::decode_attention(
+                q,
+                keys.keys,
+                keys.values,
+                keys.held.end - visible..keys.held.end,
+                self.alibi.as_ref().map(Alibi::slopes),
+                self.sinks.as_ref().map(|sinks| sinks.val()),
+                self.score_scale(),
+                self.config.softcap,
+            ));
+        }
+        let (k, v) = keys.held_keys_and_values();
+        let CachedKeys {
+            padding: key_padding,
+            positions: key_positions,
+            first_index,
+            ..
+        } = keys;
+        // A decoding step of grouped heads goes the explicit way, which reads each key/value
+        // head once for its group of query heads (`explicit`), where the fused kernels need
+        // every head repeated first: a copy of the whole cache per step.
+        let grouped_decode = q_len == 1 && groups > 1 && !self.training_dropout(&q);
+        let fused_options = !grouped_decode
+            && (self.config.softcap.is_none() || fused_takes_softcap(q.device().as_dispatch()))
             && self.sinks.is_none()
             && self.relative.is_none()
             && bias.is_none()
             && !window_hides
             && !(self.alibi.is_some() && explicit_positions);
         if fused_options {
+            let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
             return self.unbiased_attention(q, k, v, key_padding, past);
         }
 
@@ -589,7 +610,10 @@ impl MultiHeadAttention {
     }
 
     /// Scores, soft-capping, bias, masks, sinks and softmax spelled out: the obviously-correct
-    /// path, and the one every option can take. `k` and `v` have one head per query head.
+    /// path, and the one every option can take. `k` and `v` have one head per query head, or
+    /// one per group of query heads (GQA): the queries of a group are then stacked,
+    /// `[batch, kv_heads, group * q_len, head_dim]`, so that the two products read each key and
+    /// value head once, with nothing repeated.
     pub(crate) fn explicit(
         &self,
         q: Tensor<4>,
@@ -598,7 +622,14 @@ impl MultiHeadAttention {
         bias: Option<Tensor<4>>,
         mask: Option<Tensor<4, Bool>>,
     ) -> Result<Tensor<4>, AttentionError> {
-        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(self.score_scale());
+        let [batch, heads, q_len, head_dim] = q.dims();
+        let [_, kv_heads, k_len, _] = k.dims();
+        let rows = heads / kv_heads * q_len;
+        let mut scores = q
+            .reshape([batch, kv_heads, rows, head_dim])
+            .matmul(k.swap_dims(2, 3))
+            .reshape([batch, heads, q_len, k_len])
+            .mul_scalar(self.score_scale());
         if let Some(cap) = self.config.softcap {
             scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
         }
@@ -607,7 +638,10 @@ impl MultiHeadAttention {
         }
         let sinks = self.sinks.as_ref().map(|sinks| sinks.val());
         let weights = self.dropout.forward(masked_softmax(scores, mask, sinks));
-        Ok(weights.matmul(v))
+        Ok(weights
+            .reshape([batch, kv_heads, rows, k_len])
+            .matmul(v)
+            .reshape([batch, heads, q_len, head_dim]))
     }
 
     /// Replaces the projections with PyTorch `nn.Linear` weights (`[out, in]`), e.g. a

@@ -1,5 +1,7 @@
 //! The key/value cache for token-by-token decoding.
 
+use std::ops::Range;
+
 use burn::tensor::{Bool, Int, Tensor};
 
 use crate::error::AttentionError;
@@ -7,36 +9,81 @@ use crate::error::AttentionError;
 /// Keys and values of the tokens seen so far, for one attention layer.
 ///
 /// Keys are stored after RoPE, so past keys are never rotated again; the next token's index is
-/// [`len`](Self::len). A layer with a sliding window keeps only the last `window` keys: what no
-/// later query can see is dropped, so a decoding step there costs `O(window)`. Appending copies
-/// what is kept once (`O(kept)` per step).
+/// [`len`](Self::len). Storage is allocated ahead, doubling when it is full, and each call's keys
+/// and values are written into it in place: a decoding step never copies what the cache holds
+/// (growing copies it once, so appending costs O(1) amortised). A layer with a sliding window
+/// keeps only the last `window` keys: what no later query can see is dropped by moving the start
+/// of the held rows, and the rows are moved back to the front of the storage only when it runs
+/// out, so a decoding step there costs `O(window)` and the storage stays under twice the window.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
-    /// `[batch, kv_heads, kept, head_dim]`, rotated.
+    /// `[batch, kv_heads, capacity, head_dim]`, rotated; rows `start .. start + kept` are held.
     keys: Option<Tensor<4>>,
-    /// `[batch, kv_heads, kept, head_dim]`.
+    /// `[batch, kv_heads, capacity, head_dim]`, rows as `keys`.
     values: Option<Tensor<4>>,
     /// `[batch, kept]`, true where the key is padding; `None` while no call has had padding.
     padding: Option<Tensor<2, Bool>>,
     /// `[batch, kept]`, each key's position; `None` while every call took positions from the
     /// token indices.
     positions: Option<Tensor<2, Int>>,
+    /// The first held row of the storage.
+    start: usize,
+    /// Rows held.
+    kept: usize,
     /// Tokens dropped from the front (sliding window): the index of the first kept key.
     dropped: usize,
 }
 
 /// What attention reads after an append: every kept key, the new ones included.
 pub(crate) struct CachedKeys {
-    /// `[batch, kv_heads, k_len, head_dim]`.
+    /// `[batch, kv_heads, rows, head_dim]`: the keys are rows `held` of it. The cache hands over
+    /// its storage whole, because a narrowed view of it is a copy on ndarray (burn-ndarray
+    /// 0.22.1's slice copies), which a decoding step would pay for the whole cache; the decoding
+    /// pass reads the rows where they are.
     pub keys: Tensor<4>,
-    /// `[batch, kv_heads, k_len, head_dim]`.
+    /// `[batch, kv_heads, rows, head_dim]`, rows as `keys`.
     pub values: Tensor<4>,
+    /// The rows of `keys` and `values` that are the `k_len` keys.
+    pub held: Range<usize>,
     /// `[batch, k_len]`, true at padding.
     pub padding: Option<Tensor<2, Bool>>,
     /// `[batch, k_len]`, when any call gave explicit positions.
     pub positions: Option<Tensor<2, Int>>,
     /// The token index of the first key.
     pub first_index: usize,
+}
+
+impl CachedKeys {
+    /// Keys and values that are all held rows, `held = 0..rows`.
+    pub fn whole(
+        keys: Tensor<4>,
+        values: Tensor<4>,
+        padding: Option<Tensor<2, Bool>>,
+        positions: Option<Tensor<2, Int>>,
+    ) -> Self {
+        let held = 0..keys.dims()[2];
+        Self {
+            keys,
+            values,
+            held,
+            padding,
+            positions,
+            first_index: 0,
+        }
+    }
+
+    /// The held keys and values, `[batch, kv_heads, k_len, head_dim]` each.
+    pub fn held_keys_and_values(&self) -> (Tensor<4>, Tensor<4>) {
+        let rows = self.keys.dims()[2];
+        if self.held == (0..rows) {
+            return (self.keys.clone(), self.values.clone());
+        }
+        let (start, len) = (self.held.start, self.held.len());
+        (
+            self.keys.clone().narrow(2, start, len),
+            self.values.clone().narrow(2, start, len),
+        )
+    }
 }
 
 impl KvCache {
@@ -47,12 +94,26 @@ impl KvCache {
 
     /// Number of tokens seen, which is also the index of the next token.
     pub fn len(&self) -> usize {
-        self.dropped + self.kept()
+        self.dropped + self.kept
     }
 
     /// Number of keys held (at most the window, on a sliding-window layer).
     pub fn kept(&self) -> usize {
+        self.kept
+    }
+
+    /// Rows of storage allocated for keys (and as many for values): at most twice what the
+    /// held keys and the last call's new ones need.
+    pub fn capacity(&self) -> usize {
         self.keys.as_ref().map_or(0, |keys| keys.dims()[2])
+    }
+
+    /// Floats allocated for keys and values together, `2 * batch * kv_heads * capacity *
+    /// head_dim`: the cache's memory, in the model's float type.
+    pub fn storage_floats(&self) -> usize {
+        self.keys
+            .as_ref()
+            .map_or(0, |keys| 2 * keys.dims().iter().product::<usize>())
     }
 
     /// Whether nothing is cached.
@@ -65,9 +126,9 @@ impl KvCache {
         *self = Self::default();
     }
 
-    /// Keeps the first `len` tokens (e.g. to regenerate from there). On a sliding-window layer
-    /// the tokens already dropped cannot come back: truncating below [`len`](Self::len) minus
-    /// [`kept`](Self::kept) is an error.
+    /// Keeps the first `len` tokens (e.g. to regenerate from there); the storage stays, to be
+    /// written over. On a sliding-window layer the tokens already dropped cannot come back:
+    /// truncating below [`len`](Self::len) minus [`kept`](Self::kept) is an error.
     pub fn try_truncate(&mut self, len: usize) -> Result<(), AttentionError> {
         if len >= self.len() {
             return Ok(());
@@ -87,8 +148,7 @@ impl KvCache {
             ));
         }
         let keep = len - self.dropped;
-        self.keys = self.keys.take().map(|keys| keys.narrow(2, 0, keep));
-        self.values = self.values.take().map(|values| values.narrow(2, 0, keep));
+        self.kept = keep;
         self.padding = self
             .padding
             .take()
@@ -102,9 +162,20 @@ impl KvCache {
         crate::error::or_panic(self.try_truncate(len))
     }
 
-    /// The cached keys `[batch, kv_heads, kept, head_dim]`, if any.
-    pub fn keys(&self) -> Option<&Tensor<4>> {
-        self.keys.as_ref()
+    /// The held keys `[batch, kv_heads, kept, head_dim]` (a view of the storage), if any.
+    pub fn keys(&self) -> Option<Tensor<4>> {
+        self.held(self.keys.as_ref())
+    }
+
+    /// The held values `[batch, kv_heads, kept, head_dim]` (a view of the storage), if any.
+    pub fn values(&self) -> Option<Tensor<4>> {
+        self.held(self.values.as_ref())
+    }
+
+    fn held(&self, storage: Option<&Tensor<4>>) -> Option<Tensor<4>> {
+        storage
+            .filter(|_| self.kept > 0)
+            .map(|s| s.clone().narrow(2, self.start, self.kept))
     }
 
     /// Appends new keys, values, key padding and positions; returns everything kept, new tokens
@@ -118,9 +189,9 @@ impl KvCache {
         window: Option<usize>,
     ) -> Result<CachedKeys, AttentionError> {
         let [batch, kv_heads, new, head_dim] = keys.dims();
-        let (past, kept) = (self.len(), self.kept());
-        if let Some(cached) = &self.keys {
-            let [cached_batch, cached_heads, _, cached_dim] = cached.dims();
+        let (past, kept) = (self.len(), self.kept);
+        if let Some(storage) = &self.keys {
+            let [cached_batch, cached_heads, _, cached_dim] = storage.dims();
             if [cached_batch, cached_heads, cached_dim] != [batch, kv_heads, head_dim] {
                 return Err(AttentionError::input(
                     "x.dims()[0]",
@@ -129,6 +200,9 @@ impl KvCache {
                 ));
             }
         }
+        let held = kept.checked_add(new).ok_or_else(|| {
+            AttentionError::input("x.dims()[1]", new, "overflows the cache's length")
+        })?;
         let device = keys.device();
         self.padding = match (self.padding.take(), padding) {
             (None, None) => None,
@@ -167,33 +241,126 @@ impl KvCache {
                 })
             }
         };
-        let cat = |cached: Option<Tensor<4>>, new: Tensor<4>| match cached {
-            Some(cached) => Tensor::cat(vec![cached, new], 2),
-            None => new,
+
+        // Room for the new rows after the held ones, or fresh storage of twice what is held
+        // then, the held rows moved to its front (the only copy of them). Storage more than
+        // twice what is held (after a long prompt on a sliding layer, or a truncation) is
+        // replaced the same way, so the cache never holds more than twice what it needs.
+        if self.start + held > self.capacity() || self.capacity() > 2 * held {
+            let capacity = 2 * held;
+            let grow = |storage: Option<Tensor<4>>| {
+                let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, head_dim], &device);
+                match storage {
+                    Some(old) if kept > 0 => fresh.slice_assign(
+                        [0..batch, 0..kv_heads, 0..kept, 0..head_dim],
+                        old.narrow(2, self.start, kept),
+                    ),
+                    _ => fresh,
+                }
+            };
+            self.keys = Some(grow(self.keys.take()));
+            self.values = Some(grow(self.values.take()));
+            self.start = 0;
+        }
+        let rows = self.start + kept..self.start + held;
+        let write = |storage: Option<Tensor<4>>, new_rows: Tensor<4>| {
+            storage.map(|storage| {
+                storage.slice_assign([0..batch, 0..kv_heads, rows.clone(), 0..head_dim], new_rows)
+            })
         };
-        let keys = cat(self.keys.take(), keys);
-        let values = cat(self.values.take(), values);
+        self.keys = write(self.keys.take(), keys);
+        self.values = write(self.values.take(), values);
+        self.kept = held;
         let appended = CachedKeys {
-            keys: keys.clone(),
-            values: values.clone(),
+            keys: self.keys.clone().expect("rows were just written"),
+            values: self.values.clone().expect("rows were just written"),
+            held: self.start..self.start + held,
             padding: self.padding.clone(),
             positions: self.positions.clone(),
             first_index: self.dropped,
         };
-        self.keys = Some(keys);
-        self.values = Some(values);
         // The next query sits at index `len`, and sees keys down to `len - window + 1`.
         if let Some(window) = window {
-            let excess = self.kept().saturating_sub(window);
+            let excess = self.kept.saturating_sub(window);
             if excess > 0 {
-                let keep = self.kept() - excess;
-                self.keys = self.keys.take().map(|k| k.narrow(2, excess, keep));
-                self.values = self.values.take().map(|v| v.narrow(2, excess, keep));
+                self.start += excess;
+                self.kept -= excess;
+                self.dropped += excess;
+                let keep = self.kept;
                 self.padding = self.padding.take().map(|p| p.narrow(1, excess, keep));
                 self.positions = self.positions.take().map(|p| p.narrow(1, excess, keep));
-                self.dropped += excess;
             }
         }
         Ok(appended)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution, TensorData};
+    use positional::testing::{assert_close, floats, for_each_backend};
+
+    use super::*;
+
+    /// Token by token, in prompts and single tokens, with a window and without: the held rows
+    /// are the last ones appended, in order, and the storage behind them stays under twice what
+    /// they (and the call's new rows) need.
+    fn storage_holds_the_rows_in_order_within_twice_their_size(device: &Device) {
+        for window in [None, Some(5)] {
+            let mut cache = KvCache::new();
+            let mut all: Vec<f32> = Vec::new();
+            let (heads, dim) = (2usize, 3usize);
+            for (call, new) in [4usize, 1, 1, 1, 3, 1, 1, 1, 1, 1, 7, 1, 1]
+                .into_iter()
+                .enumerate()
+            {
+                let rows = Tensor::<4>::random([1, heads, new, dim], Distribution::Default, device);
+                // Row-major [heads, new, dim] as appended.
+                let values = floats(&rows.clone().into_data());
+                let before = all.len() / (heads * dim);
+                let mut merged = Vec::new();
+                for h in 0..heads {
+                    merged.extend_from_slice(&all[h * before * dim..(h + 1) * before * dim]);
+                    merged.extend_from_slice(&values[h * new * dim..(h + 1) * new * dim]);
+                }
+                all = merged;
+                let seen = before + new;
+                let got = cache
+                    .append(rows.clone(), rows, None, None, window)
+                    .unwrap();
+                let (keys, _) = got.held_keys_and_values();
+                assert_close(&keys.clone().into_data(), &all, 0.0);
+                assert_eq!(cache.len(), cache.dropped + cache.kept(), "call {call}");
+                let needed = keys.dims()[2];
+                assert!(
+                    cache.capacity() <= 2 * needed,
+                    "call {call}: capacity {} for {needed} rows",
+                    cache.capacity()
+                );
+                assert_eq!(cache.storage_floats(), 2 * heads * dim * cache.capacity());
+                // What the cache keeps for the next call.
+                let keep = window.map_or(seen, |w| seen.min(w));
+                let mut kept = Vec::new();
+                for h in 0..heads {
+                    kept.extend_from_slice(
+                        &all[(h * seen + seen - keep) * dim..(h + 1) * seen * dim],
+                    );
+                }
+                all = kept;
+                assert_eq!(cache.kept(), keep);
+            }
+            // Truncating keeps the storage and writes over it.
+            let len = cache.len();
+            cache.truncate(len - 1);
+            assert_eq!(cache.len(), len - 1);
+            let one =
+                Tensor::<4>::from_data(TensorData::new(vec![9.0f32; 2 * 3], [1, 2, 1, 3]), device);
+            let got = cache.append(one.clone(), one, None, None, window).unwrap();
+            let (keys, _) = got.held_keys_and_values();
+            let held = keys.dims()[2];
+            let last = keys.narrow(2, held - 1, 1);
+            assert_close(&last.into_data(), &[9.0; 6], 0.0);
+        }
+    }
+    for_each_backend!(storage_holds_the_rows_in_order_within_twice_their_size);
 }

@@ -38,6 +38,7 @@ mod alibi_attention;
 mod attention;
 mod cache;
 mod config;
+mod decode_attention;
 pub mod error;
 pub mod huggingface;
 mod import;

@@ -1,0 +1,532 @@
+//! The decoding step on the CPU (ndarray, flex, LibTorch's CPU device): one loop over the
+//! buffers, the keys split into chunks that rayon's threads take in parallel.
+//!
+//! For each key/value head and chunk of keys a task computes the scores of the group's query
+//! heads against the chunk (each key row read once for the whole group), their softmax within
+//! the chunk, and the weighted sum of the chunk's value rows (each read once for the group):
+//! a maximum, a sum and a `head_dim` accumulator per query head. The chunks are then merged,
+//! each rescaled by `exp(chunk max - overall max)`: the split softmax of flash decoding. Nothing
+//! of size `k_len` is written but the scores of one chunk.
+
+use rayon::prelude::*;
+
+/// Keys per task. A task reads `2 * KEYS_PER_TASK * head_dim` floats of the cache (128 KB at a
+/// head size of 64): enough work to be worth a rayon task, small enough that 2048 keys of two
+/// key/value heads give 16 tasks to share.
+const KEYS_PER_TASK: usize = 256;
+
+/// Steps that read up to this many floats of keys and values (1 MB: 1024 keys of two key/value
+/// heads of 64) run on the calling thread. Waking rayon's threads costs more than the half of
+/// such a step they would take; on LibTorch they also compete with torch's OpenMP threads. At
+/// 256 KB the decode bench's step at 512 keys took 0.21 ms on flex and 0.40 ms on LibTorch
+/// (median, with LibTorch's samples split between 0.24 and 0.5 ms), at 1 MB 0.15 and 0.22 ms.
+const SERIAL_FLOATS: usize = 1 << 18;
+
+/// `[batch, heads, rows, head_dim]` values of an f32 buffer, features adjacent (stride 1):
+/// element `(b, h, r, d)` at `values[b * strides[0] + h * strides[1] + r * strides[2] + d]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Strided<'a> {
+    pub values: &'a [f32],
+    pub shape: [usize; 4],
+    pub strides: [usize; 3],
+}
+
+impl<'a> Strided<'a> {
+    /// `values` read through `shape` and `strides` from element `offset`, when the features are
+    /// adjacent and every stride is non-negative (so the elements lie at and after `offset`).
+    pub fn new(
+        values: &'a [f32],
+        shape: [usize; 4],
+        strides: &[isize],
+        offset: usize,
+    ) -> Option<Self> {
+        let strides: [isize; 4] = strides.try_into().ok()?;
+        if strides[3] != 1 && shape[3] > 1 {
+            return None;
+        }
+        let strides = [
+            usize::try_from(strides[0]).ok()?,
+            usize::try_from(strides[1]).ok()?,
+            usize::try_from(strides[2]).ok()?,
+        ];
+        Some(Self {
+            values: values.get(offset..)?,
+            shape,
+            strides,
+        })
+    }
+
+    /// The number of elements from the first to the last one, inclusive: how much of a buffer
+    /// starting at the first element the view reads (0 when it is empty).
+    pub fn span(shape: [usize; 4], strides: [usize; 3]) -> usize {
+        if shape.contains(&0) {
+            return 0;
+        }
+        (0..3).map(|i| (shape[i] - 1) * strides[i]).sum::<usize>() + shape[3]
+    }
+
+    /// Rows `first .. first + len` of the view.
+    pub fn rows(self, first: usize, len: usize) -> Self {
+        Self {
+            values: &self.values[first * self.strides[2]..],
+            shape: [self.shape[0], self.shape[1], len, self.shape[3]],
+            ..self
+        }
+    }
+
+    #[inline(always)]
+    fn row(&self, b: usize, h: usize, r: usize) -> &'a [f32] {
+        let at = b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
+        &self.values[at..at + self.shape[3]]
+    }
+}
+
+/// The options of a decoding step, as [`super::DecodeAttentionBackend::decode_attention`] takes
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options<'a> {
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    /// `[heads]` ALiBi slopes.
+    pub slopes: Option<&'a [f32]>,
+    /// `[heads]` sink logits.
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// `[batch, heads, 1, head_dim]` output of one query per head (`q`) against every key of `k`
+/// and `v` (`[batch, kv_heads, k_len, head_dim]`, [`Strided::rows`] of the storage), row-major. The query sits at the last key's
+/// position (ALiBi's distances count back from it).
+pub(crate) fn decode(
+    q: Strided<'_>,
+    k: Strided<'_>,
+    v: Strided<'_>,
+    options: Options<'_>,
+) -> Vec<f32> {
+    let [batch, heads, _, head_dim] = q.shape;
+    let [_, kv_heads, k_len, _] = k.shape;
+    let group = heads / kv_heads;
+    let chunks = if 2 * batch * kv_heads * k_len * head_dim <= SERIAL_FLOATS {
+        1
+    } else {
+        k_len.div_ceil(KEYS_PER_TASK)
+    };
+    let step = Step {
+        q,
+        k,
+        v,
+        options,
+        group,
+        // Every chunk holds at least one key.
+        chunk_len: if chunks == 1 { k_len } else { KEYS_PER_TASK },
+    };
+    // Per task, per query head of its group: the chunk's maximum, its sum, its accumulator.
+    let partial_len = group * (head_dim + 2);
+    let tasks = batch * kv_heads * chunks;
+    let mut partials = vec![0.0f32; tasks * partial_len];
+    if chunks == 1 || tasks == 1 {
+        partials
+            .chunks_exact_mut(partial_len)
+            .enumerate()
+            .for_each(|(task, out)| step.run(task, chunks, out));
+    } else {
+        partials
+            .par_chunks_exact_mut(partial_len)
+            .enumerate()
+            .for_each(|(task, out)| step.run(task, chunks, out));
+    }
+    step.merge(&partials, chunks)
+}
+
+struct Step<'a> {
+    q: Strided<'a>,
+    k: Strided<'a>,
+    v: Strided<'a>,
+    options: Options<'a>,
+    group: usize,
+    chunk_len: usize,
+}
+
+impl Step<'_> {
+    /// Task `task` of `(batch, kv_head, chunk)`, row-major, into `out`: per query head of the
+    /// group, `[max, sum, accumulator..]`.
+    fn run(&self, task: usize, chunks: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            #[target_feature(enable = "avx2")]
+            fn with_avx2(step: &Step<'_>, task: usize, chunks: usize, out: &mut [f32]) {
+                step.chunk(task, chunks, out);
+            }
+            // SAFETY: the CPU has AVX2, checked just above.
+            #[allow(unsafe_code)]
+            unsafe {
+                with_avx2(self, task, chunks, out)
+            };
+            return;
+        }
+        self.chunk(task, chunks, out);
+    }
+
+    #[inline(always)]
+    fn chunk(&self, task: usize, chunks: usize, out: &mut [f32]) {
+        let (batch_head, chunk) = (task / chunks, task % chunks);
+        let kv_heads = self.k.shape[1];
+        let (b, kv_head) = (batch_head / kv_heads, batch_head % kv_heads);
+        let k_len = self.k.shape[2];
+        let head_dim = self.q.shape[3];
+        let first = chunk * self.chunk_len;
+        let keys = first..(first + self.chunk_len).min(k_len);
+        let len = keys.len();
+        let Options {
+            scale,
+            softcap,
+            slopes,
+            ..
+        } = self.options;
+
+        let mut scores = vec![0.0f32; self.group * len];
+        for (j, key) in keys.clone().enumerate() {
+            let key_row = self.k.row(b, kv_head, key);
+            for g in 0..self.group {
+                let query = self.q.row(b, kv_head * self.group + g, 0);
+                scores[g * len + j] = dot(query, key_row);
+            }
+        }
+        for (g, (scores, out)) in scores
+            .chunks_exact_mut(len.max(1))
+            .zip(out.chunks_exact_mut(head_dim + 2))
+            .enumerate()
+        {
+            let head = kv_head * self.group + g;
+            let minus_slope = slopes.map(|slopes| -slopes[head]);
+            let mut max = f32::NEG_INFINITY;
+            for (score, key) in scores.iter_mut().zip(keys.clone()) {
+                // As the explicit path rounds it: `q . k * scale`, capped, plus the bias.
+                let mut s = *score * scale;
+                if let Some(cap) = softcap {
+                    s = (s / cap).tanh() * cap;
+                }
+                if let Some(minus_slope) = minus_slope {
+                    s += minus_slope * (k_len - 1 - key) as f32;
+                }
+                *score = s;
+                max = max.max(s);
+            }
+            let mut sum = 0.0;
+            for score in scores.iter_mut() {
+                *score = (*score - max).exp();
+                sum += *score;
+            }
+            out[0] = max;
+            out[1] = sum;
+            out[2..].fill(0.0);
+        }
+        // Each value row read once for the group.
+        for (j, key) in keys.enumerate() {
+            let value_row = self.v.row(b, kv_head, key);
+            for (g, out) in out.chunks_exact_mut(head_dim + 2).enumerate() {
+                let weight = scores[g * len + j];
+                for (acc, &value) in out[2..].iter_mut().zip(value_row) {
+                    *acc += weight * value;
+                }
+            }
+        }
+    }
+
+    /// The chunks' partial results merged into `[batch, heads, head_dim]`, sinks included.
+    fn merge(&self, partials: &[f32], chunks: usize) -> Vec<f32> {
+        let [batch, heads, _, head_dim] = self.q.shape;
+        let kv_heads = self.k.shape[1];
+        let partial_len = self.group * (head_dim + 2);
+        let mut output = vec![0.0f32; batch * heads * head_dim];
+        for (row, out) in output.chunks_exact_mut(head_dim).enumerate() {
+            let (b, head) = (row / heads, row % heads);
+            let (kv_head, g) = (head / self.group, head % self.group);
+            let parts = (0..chunks).map(|chunk| {
+                let task = (b * kv_heads + kv_head) * chunks + chunk;
+                let at = task * partial_len + g * (head_dim + 2);
+                &partials[at..at + head_dim + 2]
+            });
+            let sink = self.options.sinks.map(|sinks| sinks[head]);
+            let max = parts
+                .clone()
+                .map(|part| part[0])
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = sink.map_or(0.0, |sink| (sink - max).exp());
+            for part in parts {
+                let rescale = (part[0] - max).exp();
+                sum += part[1] * rescale;
+                for (out, &acc) in out.iter_mut().zip(&part[2..]) {
+                    *out += acc * rescale;
+                }
+            }
+            for out in out.iter_mut() {
+                *out /= sum;
+            }
+        }
+        output
+    }
+}
+
+/// `a . b` in eight lanes, which the compiler keeps in one vector register (a sum in one
+/// accumulator would have to add in order, one float at a time).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
+    for (a, b) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += a[i] * b[i];
+        }
+    }
+    let mut sum = lanes.iter().sum::<f32>();
+    for (a, b) in a_tail.iter().zip(b_tail) {
+        sum += a * b;
+    }
+    sum
+}
+
+#[cfg(feature = "ndarray")]
+mod ndarray_backend {
+    #![allow(deprecated)]
+
+    use burn::backend::NdArray;
+    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
+    use ndarray::{ArrayView, IxDyn};
+
+    use super::{Options, Strided, decode};
+    use crate::decode_attention::DecodeAttentionBackend;
+
+    impl DecodeAttentionBackend for NdArray {
+        fn decode_attention(
+            q: NdArrayTensor,
+            k: NdArrayTensor,
+            v: NdArrayTensor,
+            first_key: usize,
+            k_len: usize,
+            slopes: NdArrayTensor,
+            sinks: NdArrayTensor,
+            with_slopes: bool,
+            with_sinks: bool,
+            scale: f64,
+            softcap: Option<f64>,
+        ) -> NdArrayTensor {
+            let (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v)) = (q, k, v)
+            else {
+                panic!("decode_attention: the kernel takes f32 tensors (the caller checks)");
+            };
+            let vector = |t: NdArrayTensor, on: bool| {
+                on.then(|| match t {
+                    NdArrayTensor::F32(t) => t.view().iter().copied().collect::<Vec<_>>(),
+                    _ => panic!("decode_attention: slopes and sinks are f32 like the queries"),
+                })
+            };
+            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
+            let shape = q.shape().to_vec();
+            let options = Options {
+                scale: scale as f32,
+                softcap: softcap.map(|cap| cap as f32),
+                slopes: slopes.as_deref(),
+                sinks: sinks.as_deref(),
+            };
+            let (q, k, v) = (q.view(), k.view(), v.view());
+            let output = with_view(&q, |q| {
+                with_view(&k, |k| {
+                    with_view(&v, |v| {
+                        decode(
+                            q,
+                            k.rows(first_key, k_len),
+                            v.rows(first_key, k_len),
+                            options,
+                        )
+                    })
+                })
+            });
+            NdArrayTensor::from(
+                SharedArray::from_shape_vec(shape.as_slice(), output)
+                    .expect("the output holds exactly its shape's elements"),
+            )
+        }
+    }
+
+    /// `f(view)` of `t`'s memory, copied to standard layout first if its features are not
+    /// adjacent or a stride is negative.
+    fn with_view<R>(t: &ArrayView<'_, f32, IxDyn>, f: impl FnOnce(Strided<'_>) -> R) -> R {
+        let shape: [usize; 4] = t.shape().try_into().expect("rank-4 attention inputs");
+        if let Some(view) = Strided::new(&[], shape, t.strides(), 0) {
+            let span = Strided::span(shape, view.strides);
+            // SAFETY: every stride is non-negative (`Strided::new`), so the `span` elements from
+            // the first one are the view's and lie inside the memory it borrows, which nothing
+            // writes while the borrow lasts.
+            #[allow(unsafe_code)]
+            let values = unsafe { std::slice::from_raw_parts(t.as_ptr(), span) };
+            return f(Strided { values, ..view });
+        }
+        let standard = t.as_standard_layout();
+        let values = standard.as_slice().expect("standard layout is one slice");
+        let strides: Vec<isize> = standard.strides().to_vec();
+        f(
+            Strided::new(values, shape, &strides, 0)
+                .expect("standard layout has adjacent features"),
+        )
+    }
+}
+
+#[cfg(feature = "flex")]
+mod flex {
+    use burn::backend::Flex;
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::TensorData;
+
+    use super::{Options, Strided, decode};
+    use crate::decode_attention::DecodeAttentionBackend;
+
+    impl DecodeAttentionBackend for Flex {
+        fn decode_attention(
+            q: FlexTensor,
+            k: FlexTensor,
+            v: FlexTensor,
+            first_key: usize,
+            k_len: usize,
+            slopes: FlexTensor,
+            sinks: FlexTensor,
+            with_slopes: bool,
+            with_sinks: bool,
+            scale: f64,
+            softcap: Option<f64>,
+        ) -> FlexTensor {
+            let vector =
+                |t: FlexTensor, on: bool| on.then(|| t.to_contiguous().storage::<f32>().to_vec());
+            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
+            let shape: [usize; 4] = q.layout().shape().dims::<4>();
+            let options = Options {
+                scale: scale as f32,
+                softcap: softcap.map(|cap| cap as f32),
+                slopes: slopes.as_deref(),
+                sinks: sinks.as_deref(),
+            };
+            let (q, k, v) = (readable(q), readable(k), readable(v));
+            let output = decode(
+                view(&q),
+                view(&k).rows(first_key, k_len),
+                view(&v).rows(first_key, k_len),
+                options,
+            );
+            FlexTensor::from_data(TensorData::new(output, shape))
+        }
+    }
+
+    /// `t` where its strides are ones [`Strided`] reads, a contiguous copy otherwise.
+    fn readable(t: FlexTensor) -> FlexTensor {
+        let layout = t.layout();
+        if layout.has_positive_strides() && layout.has_contiguous_inner() {
+            t
+        } else {
+            t.to_contiguous()
+        }
+    }
+
+    fn view(t: &FlexTensor) -> Strided<'_> {
+        let layout = t.layout();
+        Strided::new(
+            t.storage::<f32>(),
+            layout.shape().dims::<4>(),
+            layout.strides(),
+            layout.start_offset(),
+        )
+        .expect("made readable")
+    }
+}
+
+#[cfg(feature = "tch")]
+mod torch {
+    #![allow(deprecated)]
+
+    use burn::backend::LibTorch;
+    use burn::backend::libtorch::TchTensor;
+    use tch::{Device, Kind, Tensor};
+
+    use super::{Options, Strided, decode};
+    use crate::decode_attention::DecodeAttentionBackend;
+
+    impl DecodeAttentionBackend for LibTorch {
+        /// The CPU loop over torch's buffers; `available` offers it on the CPU device only.
+        fn decode_attention(
+            q: TchTensor,
+            k: TchTensor,
+            v: TchTensor,
+            first_key: usize,
+            k_len: usize,
+            slopes: TchTensor,
+            sinks: TchTensor,
+            with_slopes: bool,
+            with_sinks: bool,
+            scale: f64,
+            softcap: Option<f64>,
+        ) -> TchTensor {
+            let vector = |t: TchTensor, on: bool| {
+                on.then(|| {
+                    Vec::<f32>::try_from(t.tensor.to_kind(Kind::Float).contiguous().view(-1))
+                        .expect("an f32 CPU vector")
+                })
+            };
+            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
+            let options = Options {
+                scale: scale as f32,
+                softcap: softcap.map(|cap| cap as f32),
+                slopes: slopes.as_deref(),
+                sinks: sinks.as_deref(),
+            };
+            let (q, k, v) = (readable(q.tensor), readable(k.tensor), readable(v.tensor));
+            let shape = q.size();
+            let output = with_view(&q, |q| {
+                with_view(&k, |k| {
+                    with_view(&v, |v| {
+                        decode(
+                            q,
+                            k.rows(first_key, k_len),
+                            v.rows(first_key, k_len),
+                            options,
+                        )
+                    })
+                })
+            });
+            TchTensor::new(Tensor::from_slice(&output).view(shape.as_slice()))
+        }
+    }
+
+    /// `t` itself where its features are adjacent, a contiguous copy otherwise (torch's strides
+    /// are never negative).
+    fn readable(t: Tensor) -> Tensor {
+        assert!(
+            t.device() == Device::Cpu && t.kind() == Kind::Float,
+            "decode_attention: f32 CPU tensors only (the caller checks)"
+        );
+        if t.size()[3] <= 1 || t.stride()[3] == 1 {
+            t
+        } else {
+            t.contiguous()
+        }
+    }
+
+    fn with_view<R>(t: &Tensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+        let shape: [usize; 4] = t
+            .size()
+            .iter()
+            .map(|&n| n as usize)
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("rank-4 attention inputs");
+        let strides: Vec<isize> = t.stride().iter().map(|&s| s as isize).collect();
+        let view = Strided::new(&[], shape, &strides, 0).expect("made readable");
+        let span = Strided::span(shape, view.strides);
+        // SAFETY: `t` is an f32 CPU tensor with non-negative strides (`readable`), so its
+        // elements are the `span` values from its first one, inside its storage, which `t`
+        // keeps alive during the call; Burn writes a tensor in place only when its handle is
+        // the only one, and the caller holds these.
+        #[allow(unsafe_code)]
+        let values = unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, span) };
+        f(Strided { values, ..view })
+    }
+}
