@@ -248,6 +248,33 @@ impl MultiHeadAttention {
                 "must be at least 1",
             ));
         }
+        // An empty batch is an error on every backend: some of Burn's kernels panic on it
+        // (ndarray's products), and a model has nothing to compute for it.
+        if batch == 0 {
+            return Err(AttentionError::input(
+                "x.dims()[0]",
+                batch,
+                "must be at least 1",
+            ));
+        }
+        // Burn's ops panic on mixed float types; the weights set the type.
+        let weights = self.query.weight.val().dtype();
+        if x.dtype() != weights {
+            return Err(AttentionError::input(
+                "x.dtype()",
+                x.dtype(),
+                format!("must be the weights' float type ({weights:?})"),
+            ));
+        }
+        if let Some(bias) = &bias
+            && bias.dtype() != weights
+        {
+            return Err(AttentionError::input(
+                "bias.dtype()",
+                bias.dtype(),
+                format!("must be the weights' float type ({weights:?})"),
+            ));
+        }
         if let Some(mask) = &padding_mask
             && mask.dims() != [batch, seq]
         {

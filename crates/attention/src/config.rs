@@ -155,6 +155,24 @@ impl MultiHeadAttentionConfig {
             }
             None => {}
         }
+        // The projections hold d_model x n_heads x head_dim floats (bytes: 4 or 8 each): a size
+        // whose count overflows would abort the allocation instead of naming the field.
+        let weights = self
+            .n_heads
+            .checked_mul(self.head_dim())
+            .and_then(|width| width.checked_mul(self.d_model))
+            .and_then(|floats| floats.checked_mul(size_of::<f64>()));
+        if weights.is_none_or(|bytes| bytes > isize::MAX as usize) {
+            return Err(AttentionError::config(
+                "n_heads",
+                self.n_heads,
+                format!(
+                    "times head_dim ({}) times d_model ({}) is more weights than memory can address",
+                    self.head_dim(),
+                    self.d_model
+                ),
+            ));
+        }
         let kv_heads = self.kv_heads();
         at_least_one("n_kv_heads", kv_heads)?;
         if !self.n_heads.is_multiple_of(kv_heads) {

@@ -48,4 +48,4 @@ pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention
 pub use cache::KvCache;
 pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 pub use error::AttentionError;
-pub use model::{Decoder, DecoderConfig, DecoderPositional};
+pub use model::{Decoder, DecoderConfig, DecoderPositional, check_token_ids};

@@ -201,15 +201,33 @@ impl Decoder {
         vec![KvCache::new(); self.blocks.len()]
     }
 
+    fn check_tokens(&self, tokens: &Tensor<2, Int>) -> Result<(), AttentionError> {
+        let vocab_size = self.embedding.weight.dims()[0];
+        check_token_ids(tokens, vocab_size, "tokens", "tokens.dims()")
+    }
+
     fn run(
         &self,
         tokens: Tensor<2, Int>,
         caches: Option<&mut [KvCache]>,
     ) -> Result<Tensor<3>, AttentionError> {
+        self.check_tokens(&tokens)?;
         let offset = caches
             .as_ref()
             .and_then(|c| c.first())
             .map_or(0, KvCache::len);
+        // Every block's cache holds the same tokens; caches of other lengths were filled
+        // elsewhere, and their positions would not line up.
+        if let Some(caches) = &caches
+            && caches.iter().any(|cache| cache.len() != offset)
+        {
+            let lengths: Vec<usize> = caches.iter().map(KvCache::len).collect();
+            return Err(AttentionError::input(
+                "caches[..].len()",
+                lengths,
+                "must all be equal: one cache per block, filled together",
+            ));
+        }
         let mut x = self.embedding.forward(tokens);
         if let Some(sinusoidal) = &self.sinusoidal {
             x = sinusoidal.try_forward(x, offset)?;
@@ -230,6 +248,49 @@ impl Decoder {
             }
         }
         Ok(self.head.forward(self.norm.forward(x)))
+    }
+}
+
+/// Checks token ids before an embedding looks them up: at least one token in at least one row,
+/// every id in `0..vocab_size` (an id outside it would index past the table: a panic on some
+/// backends, garbage on others). One min/max reduction, read back. `name` and `dims_name` are
+/// what the errors call the ids and their shape.
+///
+/// # Shapes
+/// - `ids`: `[batch, seq]`
+pub fn check_token_ids(
+    ids: &Tensor<2, Int>,
+    vocab_size: usize,
+    name: &'static str,
+    dims_name: &'static str,
+) -> Result<(), AttentionError> {
+    let [batch, seq] = ids.dims();
+    if batch == 0 || seq == 0 {
+        return Err(AttentionError::input(
+            dims_name,
+            [batch, seq],
+            "must hold at least one token in at least one row",
+        ));
+    }
+    let extremes = Tensor::cat(
+        vec![
+            ids.clone().min().reshape([1]),
+            ids.clone().max().reshape([1]),
+        ],
+        0,
+    )
+    .into_data()
+    .convert::<i64>()
+    .try_to_vec::<i64>()
+    .map_err(|e| AttentionError::input(name, format!("{e:?}"), "must be integer data"))?;
+    let vocab = vocab_size as i64;
+    match extremes.into_iter().find(|id| !(0..vocab).contains(id)) {
+        Some(id) => Err(AttentionError::input(
+            name,
+            id,
+            format!("token ids must lie in 0..vocab_size (0..{vocab})"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -302,4 +363,41 @@ mod tests {
         );
     }
     for_each_backend!(learned_positions_end_at_their_table);
+
+    /// Token ids outside the vocabulary, an empty batch and caches filled apart are errors
+    /// naming them, before any tensor op.
+    fn bad_tokens_and_caches_are_named_errors(device: &Device) {
+        let model = DecoderConfig::new(10, 8, 2, 2, DecoderPositional::Rope).init(device);
+        for (ids, named) in [
+            (vec![1i64, 10], "`tokens` = 10"),
+            (vec![-1, 3], "`tokens` = -1"),
+            // The largest id every backend's integers hold (flex and WGPU store i32: a larger
+            // one panics in Burn when the tensor is made, before this crate sees it).
+            (vec![i32::MAX as i64, 0], "`tokens` = 2147483647"),
+        ] {
+            let err = model
+                .try_forward(tokens(&ids, device))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(named) && err.contains("0..vocab_size (0..10)"),
+                "{err}"
+            );
+        }
+        let empty = Tensor::<2, Int>::zeros([0, 3], device);
+        let err = model.try_forward(empty).unwrap_err().to_string();
+        assert!(err.contains("`tokens.dims()` = [0, 3]"), "{err}");
+
+        let mut caches = model.new_caches();
+        model
+            .try_forward_cached(tokens(&[1, 2], device), &mut caches)
+            .unwrap();
+        caches[1].truncate(1);
+        let err = model
+            .try_forward_cached(tokens(&[3], device), &mut caches)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`caches[..].len()` = [2, 1]"), "{err}");
+    }
+    for_each_backend!(bad_tokens_and_caches_are_named_errors);
 }

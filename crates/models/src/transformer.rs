@@ -307,36 +307,12 @@ impl Transformer {
 
     /// Checks `ids` against the vocabulary: one reduction, read back.
     fn check_ids(&self, ids: &Tensor<2, Int>) -> Result<(), ModelError> {
-        let [batch, seq] = ids.dims();
-        if batch == 0 || seq == 0 {
-            return Err(ModelError::input(
-                "ids.dims()",
-                [batch, seq],
-                "must hold at least one token in at least one row",
-            ));
-        }
-        let extremes = Tensor::cat(
-            vec![
-                ids.clone().min().reshape([1]),
-                ids.clone().max().reshape([1]),
-            ],
-            0,
-        )
-        .into_data()
-        .convert::<i64>()
-        .try_to_vec::<i64>()
-        .map_err(|e| ModelError::input("ids", format!("{e:?}"), "must be integer data"))?;
-        let vocab = self.config.vocab_size as i64;
-        for id in extremes {
-            if !(0..vocab).contains(&id) {
-                return Err(ModelError::input(
-                    "ids",
-                    id,
-                    format!("token ids must lie in 0..vocab_size (0..{vocab})"),
-                ));
-            }
-        }
-        Ok(())
+        Ok(attention::check_token_ids(
+            ids,
+            self.config.vocab_size,
+            "ids",
+            "ids.dims()",
+        )?)
     }
 
     fn run(

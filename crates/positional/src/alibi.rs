@@ -10,6 +10,10 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{PositionalError, or_panic};
 
+/// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
+/// which the distances are multiplied by the slopes.
+const MAX_DISTANCE: usize = 1 << 24;
+
 /// Configuration of [`Alibi`].
 #[derive(Config, Debug)]
 pub struct AlibiConfig {
@@ -36,6 +40,15 @@ impl AlibiConfig {
                 "max_bias",
                 self.max_bias,
                 "must be a positive finite number",
+            ));
+        }
+        // The smallest slope is 2^-max_bias; below f32's smallest normal number (2^-126) it
+        // loses precision, and past 2^-149 flushes to 0: that head would see no distances.
+        if self.max_bias > 126.0 {
+            return Err(PositionalError::config(
+                "max_bias",
+                self.max_bias,
+                "must be at most 126: the smallest slope, 2^-max_bias, must be a normal f32",
             ));
         }
         Ok(())
@@ -125,6 +138,13 @@ impl Alibi {
                 format!(
                     "must be at most k_len ({k_len}): queries sit at the last q_len key positions"
                 ),
+            ));
+        }
+        if k_len > MAX_DISTANCE {
+            return Err(PositionalError::input(
+                "k_len",
+                k_len,
+                "must be at most 2^24: distances are exact in f32 up to there",
             ));
         }
         let device = self.slopes.device();
@@ -279,6 +299,22 @@ mod tests {
     #[test]
     fn bad_inputs_are_errors() {
         assert!(AlibiConfig::new(0).try_init(&Device::default()).is_err());
+        // At 126 the smallest slope is f32's smallest normal number; past it, it would lose
+        // precision and then flush to 0.
+        let slopes = alibi_slopes(8, 126.0);
+        assert!(slopes.iter().all(|&s| (s as f32).is_normal()));
+        assert!(AlibiConfig::new(8).with_max_bias(126.0).validate().is_ok());
+        for max_bias in [127.0, 200.0, 1e6] {
+            let err = AlibiConfig::new(8)
+                .with_max_bias(max_bias)
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("`max_bias`") && err.contains("at most 126"),
+                "{err}"
+            );
+        }
     }
 
     fn bad_lengths_are_errors(device: &Device) {
@@ -290,6 +326,12 @@ mod tests {
             "{err}"
         );
         assert!(alibi.try_bias(0, 3).is_err());
+        // Past 2^24 keys f32 distances round; the check comes before anything is allocated.
+        let err = alibi.try_bias(1, (1 << 24) + 1).unwrap_err().to_string();
+        assert!(
+            err.contains("`k_len` = 16777217: must be at most 2^24"),
+            "{err}"
+        );
     }
     for_each_backend!(bad_lengths_are_errors);
 

@@ -67,3 +67,29 @@ impl PositionalError {
 pub(crate) fn or_panic<T>(result: Result<T, PositionalError>) -> T {
     result.unwrap_or_else(|error| panic!("{error}"))
 }
+
+/// The checks every module's forward makes of `x` before any tensor op: at least one batch row
+/// (an empty batch is an error on every backend, where some of Burn's kernels would panic and
+/// others return nothing), and the float type of the module's weights or tables (Burn's ops
+/// panic on mixed float types).
+pub(crate) fn check_rows_and_dtype(
+    batch: usize,
+    dtype: burn::tensor::DType,
+    module_dtype: burn::tensor::DType,
+) -> Result<(), PositionalError> {
+    if batch == 0 {
+        return Err(PositionalError::input(
+            "x.dims()[0]",
+            batch,
+            "must be at least 1 (an empty batch is an error)",
+        ));
+    }
+    if dtype != module_dtype {
+        return Err(PositionalError::input(
+            "x.dtype()",
+            dtype,
+            format!("must be the module's float type ({module_dtype:?})"),
+        ));
+    }
+    Ok(())
+}

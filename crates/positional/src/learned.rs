@@ -100,7 +100,7 @@ impl LearnedPositionalEmbedding {
     /// - output: `[batch, seq, d_model]`
     pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
         let [max_sequence_length, d_model] = self.weight.dims();
-        let [_, seq, width] = x.dims();
+        let [batch, seq, width] = x.dims();
         if width != d_model {
             return Err(PositionalError::input(
                 "x.dims()[2]",
@@ -108,10 +108,14 @@ impl LearnedPositionalEmbedding {
                 format!("must equal d_model ({d_model})"),
             ));
         }
-        if offset + seq > max_sequence_length {
+        crate::error::check_rows_and_dtype(batch, x.dtype(), self.weight.val().dtype())?;
+        let end = offset.checked_add(seq).ok_or_else(|| {
+            PositionalError::input("offset", offset, format!("+ seq ({seq}) overflows usize"))
+        })?;
+        if end > max_sequence_length {
             return Err(PositionalError::input(
                 "offset + seq",
-                offset + seq,
+                end,
                 format!(
                     "must be at most max_sequence_length ({max_sequence_length}): learned embeddings end there"
                 ),
@@ -156,7 +160,8 @@ impl LearnedPositionalEmbedding {
                 format!("must be [batch, seq] = [{batch}, {seq}]"),
             ));
         }
-        if batch * seq == 0 {
+        crate::error::check_rows_and_dtype(batch, x.dtype(), self.weight.val().dtype())?;
+        if seq == 0 {
             return Ok(x);
         }
         let smallest = positions.clone().min().into_scalar::<i64>();
@@ -244,6 +249,14 @@ mod tests {
             err.to_string(),
             "invalid input: `offset + seq` = 5: must be at most max_sequence_length (4): learned embeddings end there"
         );
+        let err = embedding
+            .try_forward(Tensor::ones([1, 2, 3], device), usize::MAX)
+            .unwrap_err();
+        assert!(err.to_string().contains("overflows usize"), "{err}");
+        let err = embedding
+            .try_forward(Tensor::ones([0, 2, 3], device), 0)
+            .unwrap_err();
+        assert!(err.to_string().contains("`x.dims()[0]` = 0"), "{err}");
     }
     for_each_backend!(past_the_table_is_an_error);
 

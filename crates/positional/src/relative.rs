@@ -155,6 +155,22 @@ impl RelativePositionBiasConfig {
     }
 }
 
+/// `positions` on the host, or an error naming them when this machine cannot hold them (a
+/// length from the caller, which `collect` would abort on).
+fn positions_vec(positions: std::ops::Range<i64>) -> Result<Vec<i64>, PositionalError> {
+    let len = (positions.end - positions.start) as usize;
+    let mut values = Vec::new();
+    values.try_reserve_exact(len).map_err(|_| {
+        PositionalError::input(
+            "positions",
+            len,
+            "more positions than this machine can allocate",
+        )
+    })?;
+    values.extend(positions);
+    Ok(values)
+}
+
 /// T5's learned bias per head and bucket of relative distance.
 #[derive(Module, Debug)]
 pub struct RelativePositionBias {
@@ -181,10 +197,26 @@ impl RelativePositionBias {
         q_len: usize,
         k_len: usize,
     ) -> Result<Tensor<4>, PositionalError> {
-        let queries: Vec<i64> = (query_offset..query_offset + q_len)
-            .map(|p| p as i64)
-            .collect();
-        let keys: Vec<i64> = (0..k_len).map(|p| p as i64).collect();
+        let position = |p: usize| i64::try_from(p).ok();
+        let end = query_offset
+            .checked_add(q_len)
+            .filter(|&end| position(end).is_some())
+            .ok_or_else(|| {
+                PositionalError::input(
+                    "query_offset",
+                    query_offset,
+                    format!("+ q_len ({q_len}) must be at most i64::MAX"),
+                )
+            })?;
+        if position(k_len).is_none() {
+            return Err(PositionalError::input(
+                "k_len",
+                k_len,
+                "must be at most i64::MAX",
+            ));
+        }
+        let queries = positions_vec(query_offset as i64..end as i64)?;
+        let keys = positions_vec(0..k_len as i64)?;
         self.bias_of(&[queries], &[keys])
     }
 
@@ -204,18 +236,20 @@ impl RelativePositionBias {
         query_positions: Tensor<2, Int>,
         key_positions: Tensor<2, Int>,
     ) -> Result<Tensor<4>, PositionalError> {
-        let rows = |positions: Tensor<2, Int>| -> Vec<Vec<i64>> {
+        let rows = |positions: Tensor<2, Int>| -> Result<Vec<Vec<i64>>, PositionalError> {
             let [batch, len] = positions.dims();
             let values = positions
                 .into_data()
                 .convert::<i64>()
                 .try_into_vec::<i64>()
-                .unwrap_or_default();
-            (0..batch)
+                .map_err(|e| {
+                    PositionalError::input("positions", format!("{e:?}"), "must be readable as i64")
+                })?;
+            Ok((0..batch)
                 .map(|b| values[b * len..(b + 1) * len].to_vec())
-                .collect()
+                .collect())
         };
-        let (queries, keys) = (rows(query_positions), rows(key_positions));
+        let (queries, keys) = (rows(query_positions)?, rows(key_positions)?);
         if queries.len() != keys.len() {
             return Err(PositionalError::input(
                 "key_positions.dims()[0]",
@@ -237,19 +271,38 @@ impl RelativePositionBias {
         keys: &[Vec<i64>],
     ) -> Result<Tensor<4>, PositionalError> {
         let batch = queries.len();
-        let (q_len, k_len) = (queries[0].len(), keys[0].len());
-        if q_len == 0 || k_len == 0 {
+        let (q_len, k_len) = (
+            queries.first().map_or(0, Vec::len),
+            keys.first().map_or(0, Vec::len),
+        );
+        if batch == 0 || q_len == 0 || k_len == 0 {
             return Err(PositionalError::input(
                 "positions",
-                [q_len, k_len],
-                "must hold at least one query and one key",
+                [batch, q_len, k_len],
+                "must hold at least one row, one query and one key",
             ));
         }
-        let mut buckets = Vec::with_capacity(batch * q_len * k_len);
+        // One bucket per (row, query, key): a count the host must be able to hold.
+        let pairs = batch
+            .checked_mul(q_len)
+            .and_then(|n| n.checked_mul(k_len))
+            .ok_or_else(|| {
+                PositionalError::input("positions", [batch, q_len, k_len], "overflow usize pairs")
+            })?;
+        let mut buckets = Vec::new();
+        buckets.try_reserve_exact(pairs).map_err(|_| {
+            PositionalError::input(
+                "positions",
+                [batch, q_len, k_len],
+                format!("need {pairs} buckets, more than this machine can allocate"),
+            )
+        })?;
         for (row_queries, row_keys) in queries.iter().zip(keys) {
             for &query in row_queries {
                 for &key in row_keys {
-                    buckets.push(self.config.bucket(key - query) as i64);
+                    // Saturating: every distance past `max_distance` shares the last bucket of
+                    // its direction, so the clamped distance has the true one's bucket.
+                    buckets.push(self.config.bucket(key.saturating_sub(query)) as i64);
                 }
             }
         }
@@ -380,4 +433,34 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("weight.dims()"), "{err}");
     }
+
+    /// Offsets past i64, lengths no machine holds, extreme positions and empty batches: named
+    /// errors, or (positions at the ends of i64) the bucket their distance falls in.
+    fn extreme_inputs_are_errors_or_exact(device: &Device) {
+        let relative = RelativePositionBiasConfig::new(2).init(device);
+        for (offset, q_len, k_len, named) in [
+            (usize::MAX, 1, 1, "`query_offset`"),
+            (1 << 63, 1, 1, "`query_offset`"),
+            (0, 1, 1 << 63, "`k_len`"),
+            (
+                0,
+                1,
+                1 << 62,
+                "more positions than this machine can allocate",
+            ),
+        ] {
+            let err = relative
+                .try_bias(offset, q_len, k_len)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{offset} {q_len} {k_len}: {err}");
+        }
+        let none = Tensor::<2, Int>::zeros([0, 3], device);
+        let err = relative
+            .try_bias_at(none.clone(), none)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`positions` = [0, 0, 0]"), "{err}");
+    }
+    for_each_backend!(extreme_inputs_are_errors_or_exact);
 }

@@ -118,7 +118,7 @@ impl SinusoidalEncoding {
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
     pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
-        let [_, seq, d_model] = x.dims();
+        let [batch, seq, d_model] = x.dims();
         if d_model != self.config.d_model {
             return Err(PositionalError::input(
                 "x.dims()[2]",
@@ -126,10 +126,14 @@ impl SinusoidalEncoding {
                 format!("must equal d_model ({})", self.config.d_model),
             ));
         }
+        crate::error::check_rows_and_dtype(batch, x.dtype(), self.table.dtype())?;
+        let end = offset.checked_add(seq).ok_or_else(|| {
+            PositionalError::input("offset", offset, format!("+ seq ({seq}) overflows usize"))
+        })?;
         if seq == 0 {
             return Ok(x);
         }
-        let (table, first_row) = self.rows_on(offset..offset + seq, &x.device());
+        let (table, first_row) = self.rows_on(offset..end, &x.device());
         Ok(crate::position_rows::add_position_rows(x, table, first_row))
     }
 
@@ -306,6 +310,22 @@ mod tests {
             .try_forward(Tensor::zeros([1, 2, 6], device), 0)
             .unwrap_err();
         assert!(err.to_string().contains("must equal d_model (8)"), "{err}");
+        // An offset whose end overflows, an empty batch, another float type: named errors.
+        let err = encoding
+            .try_forward(Tensor::zeros([1, 2, 8], device), usize::MAX - 1)
+            .unwrap_err();
+        assert!(err.to_string().contains("overflows usize"), "{err}");
+        let err = encoding
+            .try_forward(Tensor::zeros([0, 2, 8], device), 0)
+            .unwrap_err();
+        assert!(err.to_string().contains("`x.dims()[0]` = 0"), "{err}");
+        let err = encoding
+            .try_forward(
+                Tensor::<3>::zeros([1, 2, 8], device).cast(burn::tensor::DType::F64),
+                0,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("`x.dtype()` = F64"), "{err}");
     }
     for_each_backend!(wrong_width_is_an_error);
 }

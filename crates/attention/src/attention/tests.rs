@@ -1,6 +1,6 @@
 use burn::tensor::module::{attention as fused_attention, attention_fallback};
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Device, Distribution, Tensor, TensorData};
+use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 use positional::testing::{assert_close, floats};
 use positional::{RopeLayout, RotaryEncodingConfig, for_each_backend};
 use proptest::prelude::*;
@@ -206,6 +206,15 @@ fn invalid_configurations_are_errors() {
             MultiHeadAttentionConfig::new(32, 4).with_head_dim(Some(0)),
             "`head_dim` = 0: must be at least 1",
         ),
+        // Sizes whose weights no memory can address: an error, not an aborted allocation.
+        (
+            MultiHeadAttentionConfig::new(1 << 40, 1 << 20),
+            "more weights than memory can address",
+        ),
+        (
+            MultiHeadAttentionConfig::new(8, usize::MAX).with_head_dim(Some(2)),
+            "`n_heads` = 18446744073709551615: times head_dim (2)",
+        ),
         (
             MultiHeadAttentionConfig::new(32, 4).with_sliding_window(Some(0)),
             "`sliding_window` = 0: must be at least 1",
@@ -269,6 +278,24 @@ fn wrong_shapes_are_errors(device: &Device) {
         .unwrap_err()
         .to_string();
     assert!(err.contains("must be [batch, seq] = [1, 3]"), "{err}");
+    // An empty batch: an error on every backend (ndarray's products panic on it).
+    let err = module
+        .try_forward(Tensor::<3>::zeros([0, 3, 8], device), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`x.dims()[0]` = 0: must be at least 1"),
+        "{err}"
+    );
+    // f64 input to f32 weights, and the other way round: Burn's ops would panic.
+    let err = module
+        .try_forward(random([1, 3, 8], device).cast(DType::F64), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`x.dtype()` = F64: must be the weights' float type (F32)"),
+        "{err}"
+    );
 }
 for_each_backend!(wrong_shapes_are_errors);
 

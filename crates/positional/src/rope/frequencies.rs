@@ -95,6 +95,47 @@ pub struct RopeFrequencies {
     pub attention_scaling: f64,
 }
 
+impl RopeFrequencies {
+    /// Every inverse frequency a finite number >= 0 and the attention scaling a positive finite
+    /// one: parameters that pass each of their own checks can still combine into an infinite
+    /// base (dynamic NTK at an extreme factor or length), a zero denominator (YaRN's mscale
+    /// ratio) or an underflow, which would make every angle NaN.
+    pub(crate) fn check(&self, rope_type: &str) -> Result<(), PositionalError> {
+        // Proportional RoPE stops the pairs past its fraction on purpose (frequency 0); under
+        // any other scaling a 0 is an underflow, and those pairs would silently not turn.
+        let lowest = if rope_type == "proportional" {
+            0.0
+        } else {
+            f64::MIN_POSITIVE
+        };
+        if let Some(bad) = self
+            .inv_freq
+            .iter()
+            .find(|w| !(w.is_finite() && **w >= lowest))
+        {
+            return Err(PositionalError::config(
+                "scaling",
+                bad,
+                format!(
+                    "the {rope_type} parameters give this inverse frequency; each must be a \
+                     positive finite number"
+                ),
+            ));
+        }
+        if !(self.attention_scaling.is_finite() && self.attention_scaling > 0.0) {
+            return Err(PositionalError::config(
+                "scaling",
+                self.attention_scaling,
+                format!(
+                    "the {rope_type} parameters give this attention scaling; it must be a \
+                     positive finite number"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The unscaled frequencies `theta^(-2j / rotary_dim)` (Su et al., RoFormer, eq. 15).
 pub fn default_inv_freq(theta: f64, rotary_dim: usize) -> Vec<f64> {
     (0..rotary_dim / 2)
@@ -200,13 +241,43 @@ impl RopeScaling {
                 factor,
                 original_max_position_embeddings,
                 attention_factor,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
                 ..
             } => {
                 if let Some(factor) = factor {
                     factor_at_least_one("scaling.factor", *factor)?;
                 }
                 positive_length(*original_max_position_embeddings)?;
-                positive_if_given("scaling.attention_factor", attention_factor)
+                positive_if_given("scaling.attention_factor", attention_factor)?;
+                // The betas are numbers of turns, taken the logarithm of; 0 means the default.
+                for (field, beta) in [
+                    ("scaling.beta_fast", beta_fast),
+                    ("scaling.beta_slow", beta_slow),
+                ] {
+                    if let Some(beta) = beta
+                        && !(beta.is_finite() && *beta >= 0.0)
+                    {
+                        return Err(PositionalError::config(
+                            field,
+                            beta,
+                            "must be a finite number >= 0 (0 takes the default)",
+                        ));
+                    }
+                }
+                for (field, value) in [
+                    ("scaling.mscale", mscale),
+                    ("scaling.mscale_all_dim", mscale_all_dim),
+                ] {
+                    if let Some(value) = value
+                        && !value.is_finite()
+                    {
+                        return Err(PositionalError::config(field, value, "must be finite"));
+                    }
+                }
+                Ok(())
             }
             Self::Llama3 {
                 factor,

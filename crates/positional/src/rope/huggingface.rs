@@ -190,11 +190,19 @@ fn scaling_from_params(
     max_position_embeddings: usize,
     top_level_original: Option<usize>,
 ) -> Result<Option<RopeScaling>, PositionalError> {
-    let rope_type = match params
-        .get("rope_type")
-        .or_else(|| params.get("type"))
-        .and_then(Value::as_str)
-    {
+    let rope_type = match params.get("rope_type").or_else(|| params.get("type")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.as_str()),
+        // Read as "default", a number or list here would silently drop the scaling.
+        Some(other) => {
+            return Err(PositionalError::config(
+                "rope_type",
+                other,
+                "must be a string",
+            ));
+        }
+    };
+    let rope_type = match rope_type {
         None => "default",
         // Phi-3's checkpoints predate the name: transformers' Phi3Config renames both.
         Some("su") => "longrope",
@@ -275,10 +283,10 @@ enum RopeParams<'a> {
 
 fn rope_params(top: &Object) -> Result<RopeParams<'_>, PositionalError> {
     static EMPTY: std::sync::OnceLock<Object> = std::sync::OnceLock::new();
-    let params = match top
-        .get("rope_parameters")
-        .or_else(|| top.get("rope_scaling"))
-    {
+    // `"rope_parameters": null` next to a `rope_scaling` dict (a config converted by hand) says
+    // nothing: the dict is what holds the scaling.
+    let present = |key| top.get(key).filter(|value| !value.is_null());
+    let params = match present("rope_parameters").or_else(|| present("rope_scaling")) {
         None | Some(Value::Null) => EMPTY.get_or_init(Object::new),
         Some(Value::Object(params)) => params,
         Some(other) => {
@@ -598,5 +606,26 @@ mod tests {
             "{err}"
         );
         assert!(RotaryEncodingConfig::from_huggingface_json("{").is_err());
+        // A type that is not a string would otherwise read as "default": no scaling.
+        for rope_type in ["3", "[\"linear\"]", "{}", "true"] {
+            let json = format!(
+                r#"{{"head_dim": 64, "rope_scaling": {{"rope_type": {rope_type}, "factor": 4.0}}}}"#
+            );
+            let err = RotaryEncodingConfig::from_huggingface_json(&json).unwrap_err();
+            assert!(
+                err.to_string().contains("`rope_type`")
+                    && err.to_string().contains("must be a string"),
+                "{rope_type}: {err}"
+            );
+        }
+    }
+
+    /// `"rope_parameters": null` beside a `rope_scaling` dict hides nothing: the dict is read.
+    #[test]
+    fn null_rope_parameters_leave_rope_scaling_in_force() {
+        let json = r#"{"head_dim": 64, "rope_parameters": null,
+                       "rope_scaling": {"rope_type": "linear", "factor": 4.0}}"#;
+        let config = RotaryEncodingConfig::from_huggingface_json(json).unwrap();
+        assert_eq!(config.scaling, Some(RopeScaling::Linear { factor: 4.0 }));
     }
 }

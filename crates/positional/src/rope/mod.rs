@@ -45,6 +45,10 @@ pub enum RopeLayout {
 /// 128 MB of tables per layer.
 const PRECOMPUTED_TABLE_BYTES: usize = 8 << 20;
 
+/// The largest position: every integer up to 2^53 is exact in f64, in which the angles
+/// `position * inv_freq` are computed; past it positions would round to their neighbours.
+const MAX_POSITION: u64 = 1 << 53;
+
 /// Configuration of a [`RotaryEncoding`].
 #[derive(Config, Debug)]
 pub struct RotaryEncodingConfig {
@@ -115,6 +119,29 @@ impl RotaryEncodingConfig {
         }
         if let Some(scaling) = &self.scaling {
             scaling.validate(rotary_dim)?;
+            // YaRN without a factor takes max_position_embeddings / original, which must not
+            // shrink the context.
+            if let RopeScaling::Yarn {
+                factor: None,
+                original_max_position_embeddings: original,
+                ..
+            } = scaling
+                && self.max_position_embeddings < *original
+            {
+                return Err(PositionalError::config(
+                    "max_position_embeddings",
+                    self.max_position_embeddings,
+                    format!(
+                        "must be at least scaling.original_max_position_embeddings ({original}) \
+                         when YaRN derives its factor from their ratio"
+                    ),
+                ));
+            }
+            // At the table's lengths and at the context length (dynamic NTK grows its base
+            // with the length; longer runs are checked per call).
+            for length in [1, self.max_position_embeddings] {
+                self.frequencies(length).check(scaling.rope_type())?;
+            }
         }
         Ok(())
     }
@@ -215,6 +242,9 @@ pub struct RotaryAngles {
     seq: usize,
     halves_swapped: Tensor<1, Int>,
     layout: RopeLayout,
+    /// The configured head size, which `x`'s last axis must be: a larger head would have its
+    /// first `rotary_dim` features rotated and the rest passed through, silently.
+    head_dim: usize,
 }
 
 impl RotaryEncoding {
@@ -234,12 +264,24 @@ impl RotaryEncoding {
         if seq == 0 {
             return Err(PositionalError::input("seq", seq, "must be at least 1"));
         }
-        let end = offset + seq;
+        let end = offset
+            .checked_add(seq)
+            .filter(|&end| end as u64 <= MAX_POSITION + 1)
+            .ok_or_else(|| {
+                PositionalError::input(
+                    "offset",
+                    offset,
+                    format!(
+                        "+ seq ({seq}) must be at most 2^53: positions are computed exactly in f64 up \
+                         to there"
+                    ),
+                )
+            })?;
         if end <= self.cached_positions() {
             return Ok(self.angles(self.cos.clone(), self.sin.clone(), offset, seq));
         }
         let positions: Vec<i64> = (offset as i64..end as i64).collect();
-        let (cos, sin) = self.host_tables(&positions, [1, seq]);
+        let (cos, sin) = self.host_tables(&positions, [1, seq])?;
         Ok(self.angles(cos, sin, 0, seq))
     }
 
@@ -286,8 +328,15 @@ impl RotaryEncoding {
             ));
         }
         let max = *host.iter().max().expect("positions are not empty");
+        if max as u64 > MAX_POSITION {
+            return Err(PositionalError::input(
+                "positions",
+                max,
+                "must be at most 2^53: positions are computed exactly in f64 up to there",
+            ));
+        }
         if (max as usize) >= self.cached_positions() {
-            let (cos, sin) = self.host_tables(&host, [rows, seq]);
+            let (cos, sin) = self.host_tables(&host, [rows, seq])?;
             return Ok(self.angles(cos, sin, 0, seq));
         }
         let index = positions
@@ -375,23 +424,30 @@ impl RotaryEncoding {
     /// `[rows, seq, rotary_dim]` cos/sin for `positions` (`rows * seq` of them), computed in f64
     /// on the host with the frequencies that Hugging Face would use for this call (running
     /// length `max + 1`).
-    fn host_tables(&self, positions: &[i64], [rows, seq]: [usize; 2]) -> (Tensor<3>, Tensor<3>) {
+    fn host_tables(
+        &self,
+        positions: &[i64],
+        [rows, seq]: [usize; 2],
+    ) -> Result<(Tensor<3>, Tensor<3>), PositionalError> {
         let computed;
         let frequencies = match &self.fixed_frequencies {
             Some(fixed) => fixed,
             None => {
                 let running_length = positions.iter().max().map_or(0, |p| *p as usize + 1);
                 computed = self.config.frequencies(running_length);
+                if let Some(scaling) = &self.config.scaling {
+                    computed.check(scaling.rope_type())?;
+                }
                 &computed
             }
         };
         let (cos, sin) = angle_tables(positions, frequencies, self.config.layout);
         let shape = [rows, seq, self.config.rotary_dim()];
         let device = self.cos.device();
-        (
+        Ok((
             Tensor::from_data(TensorData::new(cos, shape), &device),
             Tensor::from_data(TensorData::new(sin, shape), &device),
-        )
+        ))
     }
 
     fn angles(
@@ -408,6 +464,7 @@ impl RotaryEncoding {
             seq,
             halves_swapped: self.halves_swapped.clone(),
             layout: self.config.layout,
+            head_dim: self.config.head_dim,
         }
     }
 }
@@ -472,11 +529,23 @@ impl RotaryAngles {
                 format!("must equal the batch of the positions ({rows})"),
             ));
         }
-        if head_dim < rotary_dim {
+        if head_dim != self.head_dim {
             return Err(PositionalError::input(
                 "x.dims()[3]",
                 head_dim,
-                format!("must be at least rotary_dim ({rotary_dim})"),
+                format!(
+                    "must equal head_dim ({}), of which the first rotary_dim ({rotary_dim}) \
+                     features rotate",
+                    self.head_dim
+                ),
+            ));
+        }
+        crate::error::check_rows_and_dtype(batch, x.dtype(), self.cos.dtype())?;
+        if x.dims()[1] == 0 {
+            return Err(PositionalError::input(
+                "x.dims()[1]",
+                0,
+                "must be at least 1 (a head to rotate)",
             ));
         }
         Ok(())

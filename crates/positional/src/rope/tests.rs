@@ -181,6 +181,22 @@ fn moves_between_devices() {
 #[test]
 fn invalid_configs_name_field_and_value() {
     let device = Device::default();
+    // YaRN 4x over 64 positions with `edit(beta_fast, mscale, mscale_all_dim, factor)` applied.
+    type YarnEdit = fn(&mut Option<f64>, &mut Option<f64>, &mut Option<f64>, &mut Option<f64>);
+    let yarn = |edit: YarnEdit| {
+        let mut scaling = RopeScaling::yarn(4.0, 64);
+        if let RopeScaling::Yarn {
+            beta_fast,
+            mscale,
+            mscale_all_dim,
+            factor,
+            ..
+        } = &mut scaling
+        {
+            edit(beta_fast, mscale, mscale_all_dim, factor);
+        }
+        Some(scaling)
+    };
     let cases = [
         (
             RotaryEncodingConfig::new(15),
@@ -203,6 +219,50 @@ fn invalid_configs_name_field_and_value() {
                 .with_rotary_dim(Some(2)),
             "`rotary_dim` = 2: must be at least 4 for dynamic NTK scaling",
         ),
+        // Each parameter in range, their result not: an infinite dynamic base turns no pair.
+        (
+            RotaryEncodingConfig::new(8).with_scaling(Some(RopeScaling::Dynamic {
+                factor: 1e300,
+                original_max_position_embeddings: 8,
+            })),
+            "the dynamic parameters give this inverse frequency",
+        ),
+        // LongRoPE's factors divide the frequencies: a subnormal one overflows them.
+        (
+            RotaryEncodingConfig::new(4).with_scaling(Some(RopeScaling::LongRope {
+                short_factor: vec![1.0, 1e-320],
+                long_factor: vec![1.0, 1.0],
+                original_max_position_embeddings: 16,
+                factor: None,
+                attention_factor: None,
+            })),
+            "the longrope parameters give this inverse frequency",
+        ),
+        (
+            RotaryEncodingConfig::new(8)
+                .with_scaling(yarn(|beta_fast, _, _, _| *beta_fast = Some(-4.0))),
+            "`scaling.beta_fast` = -4.0",
+        ),
+        (
+            RotaryEncodingConfig::new(8).with_scaling(yarn(|_, _, mscale_all_dim, _| {
+                *mscale_all_dim = Some(f64::INFINITY)
+            })),
+            "`scaling.mscale_all_dim` = inf",
+        ),
+        // mscale_all_dim = -20 / ln(4) makes the denominator of YaRN's mscale ratio -1.
+        (
+            RotaryEncodingConfig::new(8).with_scaling(yarn(|_, mscale, mscale_all_dim, _| {
+                (*mscale, *mscale_all_dim) = (Some(1.0), Some(-20.0 / 4f64.ln()))
+            })),
+            "the yarn parameters give this attention scaling",
+        ),
+        // YaRN deriving its factor from a context shorter than the original: below 1.
+        (
+            RotaryEncodingConfig::new(8)
+                .with_max_position_embeddings(32)
+                .with_scaling(yarn(|_, _, _, factor| *factor = None)),
+            "`max_position_embeddings` = 32: must be at least scaling.original_max_position_embeddings (64)",
+        ),
     ];
     for (config, want) in cases {
         let err = config.try_init(&device).unwrap_err().to_string();
@@ -217,9 +277,40 @@ fn invalid_inputs_are_errors(device: &Device) {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("`x.dims()[3]` = 6: must be at least rotary_dim (8)"),
+        err.contains("`x.dims()[3]` = 6: must equal head_dim (8)"),
         "{err}"
     );
+    // A larger head than configured: partial rotary (4 of 8) would rotate its first 4
+    // features and pass the rest, silently.
+    let partial = RotaryEncodingConfig::new(8)
+        .with_rotary_dim(Some(4))
+        .init(device);
+    let err = partial
+        .try_apply(random([1, 1, 2, 16], device), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`x.dims()[3]` = 16: must equal head_dim (8)"),
+        "{err}"
+    );
+    for (empty, named) in [
+        ([0, 1, 2, 8], "`x.dims()[0]` = 0"),
+        ([1, 0, 2, 8], "`x.dims()[1]` = 0"),
+    ] {
+        let err = rope
+            .try_apply(Tensor::<4>::zeros(empty, device), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(named), "{empty:?}: {err}");
+    }
+    // An offset past i64 (or whose end overflows usize) would wrap to negative positions.
+    for offset in [usize::MAX - 1, 1 << 63, (1 << 53) + 1] {
+        let err = rope
+            .try_apply(random([1, 1, 2, 8], device), offset)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must be at most 2^53"), "{offset}: {err}");
+    }
     let negative = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, -3], [2]), device);
     let err = rope.try_angles_at(negative).unwrap_err().to_string();
     assert!(
