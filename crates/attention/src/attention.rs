@@ -368,14 +368,16 @@ impl MultiHeadAttention {
             .config
             .sliding_window
             .is_some_and(|window| past + q_len > keys.first_index + window);
+        // No bias but ALiBi at token indices, which the fused paths compute themselves.
+        let index_biases_only = self.relative.is_none()
+            && bias.is_none()
+            && !(self.alibi.is_some() && explicit_positions);
         // A decoding step: one pass over the cache (`decode_attention`) where the backend has
         // it. Its query is the last key, which sees every key but those the window hides: the
         // keys more than `window - 1` indices before it.
         let decode_pass = q_len == 1
             && keys.padding.is_none()
-            && self.relative.is_none()
-            && bias.is_none()
-            && !(self.alibi.is_some() && explicit_positions)
+            && index_biases_only
             && decode_attention::available(&q);
         if decode_pass {
             let visible = self.config.sliding_window.map_or(k_len, |w| w.min(k_len));
@@ -404,10 +406,8 @@ impl MultiHeadAttention {
         let fused_options = !grouped_decode
             && (self.config.softcap.is_none() || fused_takes_softcap(q.device().as_dispatch()))
             && self.sinks.is_none()
-            && self.relative.is_none()
-            && bias.is_none()
-            && !window_hides
-            && !(self.alibi.is_some() && explicit_positions);
+            && index_biases_only
+            && !window_hides;
         if fused_options {
             let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
             return self.unbiased_attention(q, k, v, key_padding, past);

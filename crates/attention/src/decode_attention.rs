@@ -91,9 +91,10 @@ pub(crate) fn decode_attention(
     softcap: Option<f64>,
 ) -> Tensor<4> {
     let (with_slopes, with_sinks) = (slopes.is_some(), sinks.is_some());
-    // An absent option's tensor is never read; the queries' handle stands in, allocating nothing.
-    let slopes = slopes.unwrap_or_else(|| q.clone().reshape([-1]));
-    let sinks = sinks.unwrap_or_else(|| q.clone().reshape([-1]));
+    // An absent option's tensor is never read; the queries' handle stands in, with no op run.
+    let option =
+        |t: Option<Tensor<1>>| t.map_or_else(|| q.clone().into_dispatch(), Tensor::into_dispatch);
+    let (slopes, sinks) = (option(slopes), option(sinks));
     Tensor::from_dispatch(
         <burn::backend::Dispatch as DecodeAttentionBackend>::decode_attention(
             q.into_dispatch(),
@@ -101,8 +102,8 @@ pub(crate) fn decode_attention(
             v.into_dispatch(),
             keys.start,
             keys.len(),
-            slopes.into_dispatch(),
-            sinks.into_dispatch(),
+            slopes,
+            sinks,
             with_slopes,
             with_sinks,
             scale,
