@@ -10,7 +10,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor};
-use positional::{Alibi, RelativePositionBias, RotaryEncoding};
+use positional::{Alibi, RelativePositionBias, RotaryEncoding, unallocatable};
 
 use crate::alibi_attention;
 use crate::cache::{CachedKeys, KvCache};
@@ -651,6 +651,14 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let [batch, heads, q_len, head_dim] = q.dims();
         let [_, kv_heads, k_len, _] = k.dims();
+        let scores = [batch, heads, q_len, k_len];
+        if let Some(why) = unallocatable(&scores, 4, &q.device()) {
+            return Err(AttentionError::input(
+                "[batch, n_heads, seq, k_len]",
+                scores,
+                why,
+            ));
+        }
         let rows = heads / kv_heads * q_len;
         let mut scores = q
             .reshape([batch, kv_heads, rows, head_dim])

@@ -3,6 +3,7 @@
 use std::ops::Range;
 
 use burn::tensor::{Bool, Int, Tensor};
+use positional::unallocatable;
 
 use crate::error::AttentionError;
 
@@ -247,6 +248,20 @@ impl KvCache {
         // twice what is held (after a long prompt on a sliding layer, or a truncation) is
         // replaced the same way, so the cache never holds more than twice what it needs.
         if self.start + held > self.capacity() || self.capacity() > 2 * held {
+            let storage = held
+                .checked_mul(2)
+                .map(|capacity| [batch, kv_heads, capacity, head_dim]);
+            let why = match storage {
+                Some(storage) => unallocatable(&storage, 4, &device),
+                None => Some("overflows usize rows".to_owned()),
+            };
+            if let Some(why) = why {
+                return Err(AttentionError::input(
+                    "x.dims()[1]",
+                    new,
+                    format!("with {kept} cached rows, the cache's storage (twice them): {why}"),
+                ));
+            }
             let capacity = 2 * held;
             let grow = |storage: Option<Tensor<4>>| {
                 let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, head_dim], &device);

@@ -4,7 +4,9 @@ use burn::config::Config;
 use burn::module::Param;
 use burn::nn::{DropoutConfig, LinearConfig};
 use burn::tensor::{Device, Tensor};
-use positional::{AlibiConfig, RelativePositionBiasConfig, RotaryEncodingConfig};
+use positional::{
+    AlibiConfig, RelativePositionBiasConfig, RotaryEncodingConfig, is_normal_f32, unallocatable,
+};
 
 use crate::attention::{HeadNorm, MultiHeadAttention};
 use crate::error::{AttentionError, or_panic};
@@ -182,32 +184,21 @@ impl MultiHeadAttentionConfig {
                 format!("must divide n_heads ({})", self.n_heads),
             ));
         }
-        if let Some(scale) = self.scale
-            && !(scale.is_finite() && scale > 0.0)
-        {
-            return Err(AttentionError::config(
-                "scale",
-                scale,
-                "must be a positive finite number",
-            ));
-        }
-        if let Some(cap) = self.softcap
-            && !(cap.is_finite() && cap > 0.0)
-        {
-            return Err(AttentionError::config(
-                "softcap",
-                cap,
-                "must be a positive finite number",
-            ));
-        }
-        if let Some(norm) = &self.qk_norm
-            && !(norm.eps.is_finite() && norm.eps > 0.0)
-        {
-            return Err(AttentionError::config(
-                "qk_norm.eps",
-                norm.eps,
-                "must be a positive finite number",
-            ));
+        // Scalars the f32 computation multiplies or divides by.
+        for (field, value) in [
+            ("scale", self.scale),
+            ("softcap", self.softcap),
+            ("qk_norm.eps", self.qk_norm.as_ref().map(|norm| norm.eps)),
+        ] {
+            if let Some(value) = value
+                && !is_normal_f32(value)
+            {
+                return Err(AttentionError::config(
+                    field,
+                    value,
+                    "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
+                ));
+            }
         }
         if let Some(window) = self.sliding_window {
             at_least_one("sliding_window", window)?;
@@ -256,6 +247,15 @@ impl MultiHeadAttentionConfig {
         self.validate()?;
         let head_dim = self.head_dim();
         let (q_width, kv_width) = (self.n_heads * head_dim, self.kv_heads() * head_dim);
+        // Each projection's weight; checked before Burn allocates one (a failed allocation
+        // aborts).
+        if let Some(why) = unallocatable(&[self.d_model, q_width.max(kv_width)], 4, device) {
+            return Err(AttentionError::config(
+                "d_model",
+                self.d_model,
+                format!("with n_heads * head_dim = {q_width}: a projection's weight: {why}"),
+            ));
+        }
         let linear = |d_input, d_output, bias| {
             LinearConfig::new(d_input, d_output)
                 .with_bias(bias)

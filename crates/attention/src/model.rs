@@ -68,6 +68,41 @@ impl DecoderConfig {
                 "must all be at least 1",
             ));
         }
+        let d = self.d_model;
+        let hidden = self.mlp_ratio.checked_mul(d).ok_or_else(|| {
+            AttentionError::config(
+                "mlp_ratio",
+                self.mlp_ratio,
+                format!("* d_model ({d}) overflows usize"),
+            )
+        })?;
+        // The largest tensors one by one (a device's largest buffer), then every weight at once
+        // (the host's memory): Burn aborts on a failed allocation.
+        for (field, value, dims) in [
+            ("vocab_size", self.vocab_size, [self.vocab_size, d]),
+            ("mlp_ratio", self.mlp_ratio, [hidden, d]),
+        ] {
+            if let Some(why) = positional::unallocatable(&dims, 4, device) {
+                return Err(AttentionError::config(field, value, why));
+            }
+        }
+        let weights = d
+            .checked_mul(d)
+            .and_then(|square| square.checked_mul(4))
+            .and_then(|attention| hidden.checked_mul(2 * d)?.checked_add(attention))
+            .and_then(|layer| layer.checked_mul(self.n_layers))
+            .and_then(|layers| layers.checked_add(self.vocab_size.checked_mul(2 * d)?));
+        let why = match weights {
+            Some(weights) => positional::unallocatable_on_host(&[weights], 4),
+            None => Some("the weights' count overflows usize".to_owned()),
+        };
+        if let Some(why) = why {
+            return Err(AttentionError::config(
+                "n_layers",
+                self.n_layers,
+                format!("with d_model {d}, vocab_size {}: {why}", self.vocab_size),
+            ));
+        }
         let head_dim = self.d_model / self.n_heads.max(1);
         let scheme = match self.positional {
             DecoderPositional::Rope => PositionalScheme::Rope(RotaryEncodingConfig::new(head_dim)),
@@ -84,11 +119,9 @@ impl DecoderConfig {
                     attention_norm: LayerNormConfig::new(self.d_model).init(device),
                     attention: attention.try_init(device)?,
                     mlp_norm: LayerNormConfig::new(self.d_model).init(device),
-                    mlp_in: LinearConfig::new(self.d_model, self.mlp_ratio * self.d_model)
-                        .init(device),
+                    mlp_in: LinearConfig::new(d, hidden).init(device),
                     activation: Gelu::new(),
-                    mlp_out: LinearConfig::new(self.mlp_ratio * self.d_model, self.d_model)
-                        .init(device),
+                    mlp_out: LinearConfig::new(hidden, d).init(device),
                 })
             })
             .collect::<Result<Vec<_>, AttentionError>>()?;
@@ -400,4 +433,22 @@ mod tests {
         assert!(err.contains("`caches[..].len()` = [2, 1]"), "{err}");
     }
     for_each_backend!(bad_tokens_and_caches_are_named_errors);
+
+    /// Sizes no machine holds are errors naming the field that sized them, never an abort: one
+    /// table, one layer's MLP, and many small layers that only together are too large.
+    fn sizes_past_memory_are_named_errors(device: &Device) {
+        let config = |vocab, ratio, layers| {
+            DecoderConfig::new(vocab, 8, 2, layers, DecoderPositional::Rope).with_mlp_ratio(ratio)
+        };
+        for (config, named) in [
+            (config(1 << 40, 4, 1), "`vocab_size` = 1099511627776"),
+            (config(10, 1 << 40, 1), "`mlp_ratio` = 1099511627776"),
+            (config(10, usize::MAX, 1), "`mlp_ratio`"),
+            (config(10, 4, 1 << 40), "`n_layers` = 1099511627776"),
+        ] {
+            let err = config.try_init(device).unwrap_err().to_string();
+            assert!(err.contains(named), "{err}");
+        }
+    }
+    for_each_backend!(sizes_past_memory_are_named_errors);
 }

@@ -14,9 +14,13 @@ use positional::{
 use proptest::prelude::*;
 use proptest::sample::select;
 
+/// 48 cases per test, or `PROPTEST_CASES` (to search longer).
 fn cases() -> ProptestConfig {
     ProptestConfig {
-        cases: 48,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(48),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -328,3 +332,57 @@ fn explicit_positions_answer_or_name_the_field(device: &Device) {
     });
 }
 for_each_backend!(explicit_positions_answer_or_name_the_field);
+
+/// Sizes no machine holds, mixed with small ones: every module's configuration and every
+/// output it would allocate is an error naming the field (or a small module that answers),
+/// never an aborted allocation. No size lies between 8 and 2^40, so that nothing accepted takes
+/// real memory.
+fn sizes_past_memory_answer_or_name_the_field(device: &Device) {
+    let huge = || select(vec![1usize, 2, 8, 1 << 40, (1 << 53) + 1, usize::MAX]);
+    let strategy = (huge(), huge(), huge(), huge());
+    proptest!(cases(), |((d_model, heads, head_dim, len) in strategy)| {
+        let named = |error: &dyn std::fmt::Display| names_a_field(&error.to_string());
+        match MultiHeadAttentionConfig::new(d_model, heads).with_head_dim(Some(head_dim)).try_init(device) {
+            Ok(module) => {
+                let x = random([1, 2, d_model], device);
+                prop_assert!(module.try_forward(x, None).is_ok_and(|y| all_finite(&floats(&y.into_data()))));
+            }
+            Err(error) => prop_assert!(named(&error), "{error}"),
+        }
+        match SinusoidalEncodingConfig::new(d_model).with_max_sequence_length(len).try_init(device) {
+            Ok(encoding) => match encoding.try_table(0..head_dim) {
+                Ok(table) => prop_assert!(all_finite(&floats(&table.into_data()))),
+                Err(error) => prop_assert!(named(&error), "{error}"),
+            },
+            Err(error) => prop_assert!(named(&error), "{error}"),
+        }
+        if let Err(error) = LearnedPositionalEmbeddingConfig::new(len, d_model).try_init(device) {
+            prop_assert!(named(&error), "{error}");
+        }
+        match RelativePositionBiasConfig::new(heads).with_num_buckets(len).try_init(device) {
+            Ok(relative) => {
+                if let Err(error) = relative.try_bias(0, d_model, head_dim) {
+                    prop_assert!(named(&error), "{error}");
+                }
+            }
+            Err(error) => prop_assert!(named(&error), "{error}"),
+        }
+        match AlibiConfig::new(heads).try_init(device) {
+            Ok(alibi) => {
+                if let Err(error) = alibi.try_bias(d_model.min(len), len) {
+                    prop_assert!(named(&error), "{error}");
+                }
+            }
+            Err(error) => prop_assert!(named(&error), "{error}"),
+        }
+        match RotaryEncodingConfig::new(head_dim).with_max_position_embeddings(len).try_init(device) {
+            Ok(rope) => {
+                if let Err(error) = rope.try_angles(len, 2) {
+                    prop_assert!(named(&error), "{error}");
+                }
+            }
+            Err(error) => prop_assert!(named(&error), "{error}"),
+        }
+    });
+}
+for_each_backend!(sizes_past_memory_answer_or_name_the_field);

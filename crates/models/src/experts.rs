@@ -53,12 +53,19 @@ impl MixtureOfExpertsConfig {
                 format!("must be between 1 and num_local_experts ({})", self.experts),
             ));
         }
+        if self.d_ff.checked_mul(2).is_none() {
+            return Err(ModelError::config(
+                "experts.d_ff",
+                self.d_ff,
+                "overflows usize when doubled (gate and up)",
+            ));
+        }
         for (field, value) in [("swiglu_alpha", self.alpha), ("swiglu_limit", self.limit)] {
-            if !(value.is_finite() && value > 0.0) {
+            if !positional::is_normal_f32(value) {
                 return Err(ModelError::config(
                     field,
                     value,
-                    "must be finite and positive",
+                    "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
                 ));
             }
         }
@@ -122,6 +129,9 @@ impl MixtureOfExpertsConfig {
     pub fn try_init(&self, device: &Device) -> Result<MixtureOfExperts, ModelError> {
         self.validate()?;
         let (e, d, f) = (self.experts, self.d_model, self.d_ff);
+        if let Some(why) = positional::unallocatable(&[e, d, 2 * f], 4, device) {
+            return Err(ModelError::config("num_local_experts", e, why));
+        }
         self.try_init_with(
             burn::nn::LinearConfig::new(d, e).init(device),
             Tensor::zeros([e, d, 2 * f], device),

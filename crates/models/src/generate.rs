@@ -275,19 +275,18 @@ impl Sampler {
         if config.temperature == 0.0 {
             return argmax(&scores);
         }
-        for score in &mut scores {
-            *score /= config.temperature;
-        }
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
         let mut keep = order.len();
         if let Some(k) = config.top_k {
             keep = keep.min(k);
         }
+        // The temperature divides differences from the largest score, never a score itself: a
+        // temperature as small as f64 allows then gives 0 weight, not NaN, to every other token.
         let max = scores[order[0]];
         let weights: Vec<f64> = order[..keep]
             .iter()
-            .map(|&i| (scores[i] - max).exp())
+            .map(|&i| ((scores[i] - max) / config.temperature).exp())
             .collect();
         let total: f64 = weights.iter().sum();
         if let Some(p) = config.top_p {
@@ -360,6 +359,9 @@ mod tests {
         };
         assert_eq!(draws(3), draws(3));
         assert_ne!(draws(3), draws(4));
+        // The smallest temperature f64 holds: the largest logit alone, not NaN weights.
+        let coldest = GenerationConfig::new().with_temperature(f64::from_bits(1));
+        assert!((0..50).all(|_| sampler.choose(&logits, &coldest, &[]) == 1));
         for (config, field) in [
             (
                 GenerationConfig::new().with_temperature(-1.0),

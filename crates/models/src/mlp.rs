@@ -84,6 +84,9 @@ impl MlpConfig {
     /// An MLP with Burn's default initialisation.
     pub fn try_init(&self, device: &Device) -> Result<Mlp, ModelError> {
         self.validate()?;
+        if let Some(why) = positional::unallocatable(&[self.d_model, self.d_ff], 4, device) {
+            return Err(ModelError::config("d_ff", self.d_ff, why));
+        }
         let linear = |from, to| {
             LinearConfig::new(from, to)
                 .with_bias(self.bias)

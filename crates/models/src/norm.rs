@@ -39,11 +39,11 @@ impl NormConfig {
         if self.d_model == 0 {
             return Err(ModelError::config("norm.d_model", 0, "must be at least 1"));
         }
-        if !(self.eps.is_finite() && self.eps >= 0.0) {
+        if !(self.eps >= 0.0 && self.eps <= f64::from(f32::MAX)) {
             return Err(ModelError::config(
                 "norm.eps",
                 self.eps,
-                "must be finite and not negative",
+                "must be 0 or positive, at most f32::MAX (3.4e38)",
             ));
         }
         Ok(())

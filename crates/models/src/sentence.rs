@@ -57,11 +57,20 @@ impl SentenceEmbedder {
                 .map_err(|e| ModelError::input(name.to_owned(), &path, format!("is not JSON: {e}")))
         };
         let normalize = match read_json("modules.json")? {
-            Some(Value::Array(modules)) => modules.iter().any(|m| {
-                m.get("type")
-                    .and_then(Value::as_str)
-                    .is_some_and(|t| t.ends_with("models.Normalize"))
-            }),
+            Some(Value::Array(modules)) => {
+                let mut normalize = false;
+                for module in &modules {
+                    let kind = module.get("type").and_then(Value::as_str).ok_or_else(|| {
+                        ModelError::config(
+                            "modules.json: type",
+                            module,
+                            "every module must be an object with a string `type`",
+                        )
+                    })?;
+                    normalize |= kind.ends_with("models.Normalize");
+                }
+                normalize
+            }
             Some(other) => {
                 return Err(ModelError::input(
                     "modules.json",
@@ -78,7 +87,17 @@ impl SentenceEmbedder {
                 ("pooling_mode_max_tokens", false),
                 ("pooling_mode_mean_sqrt_len_tokens", false),
             ] {
-                let value = pooling.get(mode).and_then(Value::as_bool).unwrap_or(false);
+                let value = match pooling.get(mode) {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(value)) => *value,
+                    Some(other) => {
+                        return Err(ModelError::config(
+                            format!("1_Pooling/config.json: {mode}"),
+                            other,
+                            "must be true or false",
+                        ));
+                    }
+                };
                 if value != want {
                     return Err(ModelError::config(
                         format!("1_Pooling/config.json: {mode}"),
@@ -92,9 +111,26 @@ impl SentenceEmbedder {
             .positions
             .as_ref()
             .map_or(usize::MAX, |p| p.max_sequence_length());
-        let max_length = read_json("sentence_bert_config.json")?
-            .and_then(|c| c.get("max_seq_length").and_then(Value::as_u64))
-            .map_or(positions, |len| (len as usize).min(positions));
+        let max_seq_length = match read_json("sentence_bert_config.json")? {
+            Some(config) => match config.get("max_seq_length") {
+                None | Some(Value::Null) => None,
+                Some(value) => Some(
+                    value
+                        .as_u64()
+                        .and_then(|len| usize::try_from(len).ok())
+                        .filter(|&len| len > 0)
+                        .ok_or_else(|| {
+                            ModelError::config(
+                                "sentence_bert_config.json: max_seq_length",
+                                value,
+                                "must be a whole number of at least 1",
+                            )
+                        })?,
+                ),
+            },
+            None => None,
+        };
+        let max_length = max_seq_length.map_or(positions, |len| len.min(positions));
         // A `tokenizer.json` may carry its own truncation and fixed-length padding (the MiniLM
         // one pads every text to 128); sentence-transformers overrides both on every call.
         tokenizer.with_padding(None);

@@ -6,7 +6,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
-use positional::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
+use positional::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, unallocatable};
 
 use crate::block::{Block, BlockConfig};
 use crate::error::{ModelError, or_panic};
@@ -93,23 +93,20 @@ impl TransformerConfig {
                 ));
             }
         }
-        if let Some(cap) = self.final_softcap
-            && !(cap.is_finite() && cap > 0.0)
-        {
-            return Err(ModelError::config(
-                "final_logit_softcapping",
-                cap,
-                "must be finite and positive",
-            ));
-        }
-        if let Some(scale) = self.embedding_scale
-            && !scale.is_finite()
-        {
-            return Err(ModelError::config(
-                "embedding_scale",
-                scale,
-                "must be finite",
-            ));
+        // Scalars the f32 computation multiplies or divides by.
+        for (field, value) in [
+            ("final_logit_softcapping", self.final_softcap),
+            ("embedding_scale", self.embedding_scale),
+        ] {
+            if let Some(value) = value
+                && !positional::is_normal_f32(value)
+            {
+                return Err(ModelError::config(
+                    field,
+                    value,
+                    "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
+                ));
+            }
         }
         if self.learned_positions == Some(0) {
             return Err(ModelError::config(
@@ -133,10 +130,67 @@ impl TransformerConfig {
         Ok(())
     }
 
+    /// The number of weights in the embeddings, projections, MLPs and experts (norms and biases
+    /// left out); `None` when it overflows `usize`.
+    pub fn weight_count(&self) -> Option<usize> {
+        let d = self.d_model;
+        let tables = self
+            .vocab_size
+            .checked_add(self.token_types)?
+            .checked_add(self.learned_positions.unwrap_or(0))?
+            .checked_add(if self.lm_head && !self.tied_embeddings {
+                self.vocab_size
+            } else {
+                0
+            })?
+            .checked_mul(d)?;
+        self.blocks.iter().try_fold(tables, |total, block| {
+            let attention = &block.attention;
+            let head_dim = attention.head_dim();
+            let widths = (attention.n_heads.checked_mul(2)?)
+                .checked_add(attention.kv_heads().checked_mul(2)?)?
+                .checked_mul(head_dim)?;
+            let mlp = match (&block.mlp, &block.experts) {
+                (Some(mlp), _) => mlp.d_ff.checked_mul(3)?,
+                (None, Some(experts)) => {
+                    experts.experts.checked_mul(experts.d_ff)?.checked_mul(3)?
+                }
+                (None, None) => 0,
+            };
+            total.checked_add(widths.checked_add(mlp)?.checked_mul(d)?)
+        })
+    }
+
     /// A model with Burn's default initialisation (to train, or to load a record into).
     pub fn try_init(&self, device: &Device) -> Result<Transformer, ModelError> {
         self.validate()?;
         let d = self.d_model;
+        // The tables Burn would allocate here (a failed allocation aborts); the blocks check
+        // their own.
+        for (field, rows) in [
+            ("vocab_size", self.vocab_size),
+            ("token_types", self.token_types),
+        ] {
+            if let Some(why) = unallocatable(&[rows, d], 4, device) {
+                return Err(ModelError::config(
+                    field,
+                    rows,
+                    format!("with d_model {d}: {why}"),
+                ));
+            }
+        }
+        // Every weight at once, which each tensor's own check cannot see.
+        let why = match self.weight_count() {
+            Some(weights) => positional::unallocatable_on_host(&[weights], 4),
+            None => Some("the weights' count overflows usize".to_owned()),
+        };
+        if let Some(why) = why {
+            return Err(ModelError::config(
+                "blocks",
+                self.blocks.len(),
+                format!("layers of d_model {d}: {why}"),
+            ));
+        }
         Ok(Transformer {
             embedding: EmbeddingConfig::new(self.vocab_size, d).init(device),
             positions: self
@@ -323,6 +377,10 @@ impl Transformer {
     ) -> Result<Tensor<3>, ModelError> {
         self.check_ids(&ids)?;
         let [batch, seq] = ids.dims();
+        let logits = [batch, seq, self.config.vocab_size.max(self.config.d_model)];
+        if let Some(why) = unallocatable(&logits, 4, &ids.device()) {
+            return Err(ModelError::input("ids.dims()", [batch, seq], why));
+        }
         let device = ids.device();
         let ModelInputs {
             padding_mask,
@@ -444,4 +502,49 @@ fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, M
         ));
     }
     Ok(types)
+}
+
+#[cfg(test)]
+mod tests {
+    use attention::MultiHeadAttentionConfig;
+    use positional::testing::for_each_backend;
+
+    use super::*;
+    use crate::mlp::{Activation, MlpConfig};
+    use crate::norm::NormKind;
+
+    fn config(vocab_size: usize, layers: usize) -> TransformerConfig {
+        let d = 4;
+        let block = BlockConfig::new(
+            MultiHeadAttentionConfig::new(d, 2).with_n_kv_heads(Some(1)),
+            crate::block::BlockLayout::PreNorm,
+            NormConfig::new(d, NormKind::Rms, 1e-6),
+        )
+        .with_mlp(Some(
+            MlpConfig::new(d, 8, Activation::Silu).with_gated(true),
+        ));
+        TransformerConfig::new(vocab_size, d, vec![block; layers])
+    }
+
+    #[test]
+    fn weight_count_adds_tables_projections_and_mlps() {
+        // Embedding and LM head 2 * 10 * 4; q and o 2 * (2 heads * 2) * 4, k and v
+        // 2 * (1 * 2) * 4; gate, up and down 3 * 8 * 4: per layer 48 + 96.
+        assert_eq!(config(10, 1).weight_count(), Some(80 + 48 + 96));
+        assert_eq!(config(10, 3).weight_count(), Some(80 + 3 * (48 + 96)));
+        assert_eq!(config(usize::MAX, 1).weight_count(), None);
+    }
+
+    /// A model whose weights no machine holds is an error naming the size, not an abort.
+    fn sizes_past_memory_are_named(device: &Device) {
+        for (config, field) in [
+            (config(1 << 40, 1), "`vocab_size` = 1099511627776"),
+            (config(usize::MAX / 2, 1), "`vocab_size`"),
+        ] {
+            let err = config.try_init(device).unwrap_err().to_string();
+            assert!(err.contains(field), "{err}");
+        }
+        assert!(config(10, 2).try_init(device).is_ok());
+    }
+    for_each_backend!(sizes_past_memory_are_named);
 }

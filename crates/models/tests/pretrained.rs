@@ -12,11 +12,8 @@ use models::{GenerationConfig, ModelInputs, from_pretrained};
 use positional::testing::{assert_close, floats, for_each_backend};
 use serde_json::Value;
 
-fn checkpoint(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../conformance/models")
-        .join(family)
-}
+mod common;
+use common::{checkpoint, read_safetensors, write_safetensors};
 
 /// A copy of `family`'s checkpoint in a scratch directory, to break.
 fn scratch_copy(family: &str, name: &str) -> PathBuf {
@@ -27,60 +24,6 @@ fn scratch_copy(family: &str, name: &str) -> PathBuf {
         std::fs::copy(checkpoint(family).join(file), dir.join(file)).unwrap();
     }
     dir
-}
-
-/// A safetensors file as (name, dtype, shape, bytes), in the file's order.
-type Tensors = Vec<(String, String, Vec<usize>, Vec<u8>)>;
-
-fn read_safetensors(path: &Path) -> Tensors {
-    let bytes = std::fs::read(path).unwrap();
-    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Map<String, Value> =
-        serde_json::from_slice(&bytes[8..8 + len]).unwrap();
-    let data = &bytes[8 + len..];
-    let mut tensors: Tensors = header
-        .iter()
-        .filter(|(name, _)| *name != "__metadata__")
-        .map(|(name, info)| {
-            let offsets: Vec<usize> = info["data_offsets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap() as usize)
-                .collect();
-            (
-                name.clone(),
-                info["dtype"].as_str().unwrap().to_owned(),
-                info["shape"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap() as usize)
-                    .collect(),
-                data[offsets[0]..offsets[1]].to_vec(),
-            )
-        })
-        .collect();
-    tensors.sort_by(|a, b| a.0.cmp(&b.0));
-    tensors
-}
-
-fn write_safetensors(path: &Path, tensors: &Tensors) {
-    let mut header = serde_json::Map::new();
-    let mut data = Vec::new();
-    for (name, dtype, shape, bytes) in tensors {
-        header.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": shape,
-                "data_offsets": [data.len(), data.len() + bytes.len()]}),
-        );
-        data.extend_from_slice(bytes);
-    }
-    let header = serde_json::to_vec(&header).unwrap();
-    let mut out = (header.len() as u64).to_le_bytes().to_vec();
-    out.extend(header);
-    out.extend(data);
-    std::fs::write(path, out).unwrap();
 }
 
 fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) {

@@ -8,7 +8,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic};
+use crate::error::{PositionalError, or_panic, unallocatable, unallocatable_on_host};
 
 /// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
 /// which the distances are multiplied by the slopes.
@@ -57,6 +57,9 @@ impl AlibiConfig {
     /// Builds the module.
     pub fn try_init(&self, device: &Device) -> Result<Alibi, PositionalError> {
         self.validate()?;
+        if let Some(why) = unallocatable_on_host(&[self.n_heads], 8) {
+            return Err(PositionalError::config("n_heads", self.n_heads, why));
+        }
         let slopes = alibi_slopes(self.n_heads, self.max_bias);
         let slopes: Vec<f32> = slopes.iter().map(|&s| s as f32).collect();
         Ok(Alibi {
@@ -147,6 +150,14 @@ impl Alibi {
                 "must be at most 2^24: distances are exact in f32 up to there",
             ));
         }
+        let heads = self.config.n_heads;
+        if let Some(why) = unallocatable(&[heads, q_len, k_len], 4, &self.slopes.device()) {
+            return Err(PositionalError::input(
+                "[n_heads, q_len, k_len]",
+                [heads, q_len, k_len],
+                why,
+            ));
+        }
         let device = self.slopes.device();
         let first_query = (k_len - q_len) as i64;
         let query_positions = Tensor::<1, Int>::arange(first_query..k_len as i64, &device).float();
@@ -191,6 +202,14 @@ impl Alibi {
                 "positions",
                 [q_len, k_len],
                 "must hold at least one query and one key",
+            ));
+        }
+        let bias = [batch, self.config.n_heads, q_len, k_len];
+        if let Some(why) = unallocatable(&bias, 4, &self.slopes.device()) {
+            return Err(PositionalError::input(
+                "[batch, n_heads, q_len, k_len]",
+                bias,
+                why,
             ));
         }
         let distance = (query_positions.reshape([batch, 1, q_len, 1])

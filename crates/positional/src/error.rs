@@ -1,4 +1,8 @@
-//! The crate's one error type.
+//! The crate's one error type, and the checks that turn inputs Burn would panic or abort on into
+//! it.
+
+use burn::backend::DispatchDevice;
+use burn::tensor::Device;
 
 /// Everything that can go wrong when building or running a positional encoding.
 ///
@@ -92,4 +96,137 @@ pub(crate) fn check_rows_and_dtype(
         ));
     }
     Ok(())
+}
+
+/// Sizes below this are taken as allocatable without asking: a failure there is the machine
+/// running out of memory altogether, which no check made here could foresee.
+const PROBED_FROM_BYTES: usize = 64 << 20;
+
+/// Why a tensor of `dims` with `element_bytes` per value cannot be allocated on `device`, or
+/// `None` when it can.
+///
+/// Burn aborts the process when a host allocation fails (Rust's allocation error handler), and
+/// a CubeCL device fails every kernel that touches a buffer larger than the largest it allocates
+/// (128 MiB on WGPU's default limits, lavapipe's included), then panics at the first read; so a
+/// configuration or input whose tensors cannot exist must be refused before Burn tries. A size
+/// whose byte count overflows cannot exist anywhere. From 64 MiB on, a CubeCL device is asked its
+/// largest buffer (`max_page_size`), and any other device's host allocator is asked with
+/// `try_reserve_exact`, which maps no pages, so the question costs a system call and the memory
+/// is released at once. What this cannot see: memory that another allocation takes between the
+/// question and Burn's, and the total memory of a GPU that LibTorch drives.
+pub fn unallocatable(dims: &[usize], element_bytes: usize, device: &Device) -> Option<String> {
+    let bytes = match byte_count(dims, element_bytes) {
+        Ok(bytes) if bytes < PROBED_FROM_BYTES => return None,
+        Ok(bytes) => bytes,
+        Err(why) => return Some(why),
+    };
+    if let Some(largest) = largest_buffer(device.as_dispatch())
+        && bytes as u64 > largest
+    {
+        return Some(format!(
+            "{} ({}) exceeds the largest buffer {device:?} allocates ({})",
+            tensor(dims, element_bytes),
+            size(bytes as u64),
+            size(largest)
+        ));
+    }
+    unallocatable_on_host(dims, element_bytes)
+}
+
+/// As [`unallocatable`], for a buffer on the host (tables computed there before they are
+/// uploaded).
+pub fn unallocatable_on_host(dims: &[usize], element_bytes: usize) -> Option<String> {
+    let bytes = match byte_count(dims, element_bytes) {
+        Ok(bytes) if bytes < PROBED_FROM_BYTES => return None,
+        Ok(bytes) => bytes,
+        Err(why) => return Some(why),
+    };
+    let fits = bytes <= isize::MAX as usize && Vec::<u8>::new().try_reserve_exact(bytes).is_ok();
+    (!fits).then(|| {
+        format!(
+            "{} ({}) cannot be allocated on this machine",
+            tensor(dims, element_bytes),
+            size(bytes as u64)
+        )
+    })
+}
+
+fn byte_count(dims: &[usize], element_bytes: usize) -> Result<usize, String> {
+    dims.iter()
+        .try_fold(element_bytes, |bytes, &dim| bytes.checked_mul(dim))
+        .ok_or_else(|| format!("{} overflows usize bytes", tensor(dims, element_bytes)))
+}
+
+fn tensor(dims: &[usize], element_bytes: usize) -> String {
+    format!("a {dims:?} tensor of {element_bytes}-byte values")
+}
+
+fn size(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// The largest buffer a CubeCL device allocates; `None` for other backends.
+fn largest_buffer(device: &DispatchDevice) -> Option<u64> {
+    match device {
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(device) => Some(device.client().properties().memory.max_page_size),
+        DispatchDevice::Autodiff(inner) => largest_buffer(&inner.clone().inner()),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+/// Whether `value` is a positive number in f32's normal range, `[f32::MIN_POSITIVE, f32::MAX]`:
+/// a scalar that a module holding f32 weights multiplies or divides by. A larger value is
+/// infinite in f32 and a smaller one 0 or subnormal, where the f64 original is neither, so the
+/// result would be NaN or infinite (a soft-cap of 1e308 gives `tanh(x / inf) * inf`).
+pub fn is_normal_f32(value: f64) -> bool {
+    (f64::from(f32::MIN_POSITIVE)..=f64::from(f32::MAX)).contains(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::for_each_backend;
+
+    #[test]
+    fn host_sizes_past_memory_or_usize_are_named_and_others_pass() {
+        assert_eq!(unallocatable_on_host(&[1024, 1024], 4), None);
+        assert_eq!(unallocatable_on_host(&[0, usize::MAX], 4), None);
+        // 256 MiB: asked of the allocator, which grants it (no page is touched).
+        assert_eq!(unallocatable_on_host(&[64 << 20], 4), None);
+        let overflow = unallocatable_on_host(&[1 << 40, 1 << 30], 4).unwrap();
+        assert!(overflow.contains("overflows usize bytes"), "{overflow}");
+        // 2^62 bytes: past any machine's address space.
+        let huge = unallocatable_on_host(&[1 << 31, 1 << 29], 4).unwrap();
+        assert!(
+            huge.contains("[2147483648, 536870912] tensor of 4-byte values")
+                && huge.contains("cannot be allocated"),
+            "{huge}"
+        );
+        let past_isize = unallocatable_on_host(&[usize::MAX / 8], 4).unwrap();
+        assert!(past_isize.contains("cannot be allocated"), "{past_isize}");
+    }
+
+    /// What the check refuses cannot be made on the device, and what it accepts can: a tensor
+    /// just past 64 MiB, and one of 256 MiB (past WGPU's default 128 MiB buffers).
+    fn device_sizes_are_refused_where_the_device_cannot_hold_them(device: &Device) {
+        use burn::tensor::Tensor;
+        assert!(unallocatable(&[1 << 40, 1 << 30], 4, device).is_some());
+        for len in [(64 << 18) + 1, 256 << 18] {
+            match unallocatable(&[len], 4, device) {
+                Some(why) => assert!(
+                    largest_buffer(device.as_dispatch()).is_some()
+                        && why.contains("exceeds the largest buffer"),
+                    "{why}"
+                ),
+                None => {
+                    let tensor = Tensor::<1>::ones([len], device);
+                    let last = tensor.narrow(0, len - 1, 1).try_into_data().unwrap();
+                    assert_eq!(last.try_to_vec::<f32>().unwrap(), vec![1.0]);
+                }
+            }
+        }
+    }
+    for_each_backend!(device_sizes_are_refused_where_the_device_cannot_hold_them);
 }

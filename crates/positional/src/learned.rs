@@ -5,7 +5,7 @@ use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::{Device, Int, Tensor};
 
-use crate::error::{PositionalError, or_panic};
+use crate::error::{PositionalError, or_panic, unallocatable};
 
 /// Configuration of a [`LearnedPositionalEmbedding`].
 #[derive(Config, Debug)]
@@ -43,6 +43,13 @@ impl LearnedPositionalEmbeddingConfig {
     /// Builds the module with freshly initialised weights.
     pub fn try_init(&self, device: &Device) -> Result<LearnedPositionalEmbedding, PositionalError> {
         self.validate()?;
+        if let Some(why) = unallocatable(&[self.max_sequence_length, self.d_model], 4, device) {
+            return Err(PositionalError::config(
+                "max_sequence_length",
+                self.max_sequence_length,
+                format!("with d_model {}: {why}", self.d_model),
+            ));
+        }
         let weight = self
             .initializer
             .init([self.max_sequence_length, self.d_model], device);

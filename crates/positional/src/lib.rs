@@ -50,7 +50,7 @@ pub mod sinusoidal;
 pub mod testing;
 
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
-pub use error::PositionalError;
+pub use error::{PositionalError, is_normal_f32, unallocatable, unallocatable_on_host};
 pub use learned::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
 pub use relative::{RelativePositionBias, RelativePositionBiasConfig};
 pub use rope::{

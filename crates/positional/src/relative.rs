@@ -11,7 +11,7 @@ use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic};
+use crate::error::{PositionalError, or_panic, unallocatable};
 
 /// Configuration of [`RelativePositionBias`]. The defaults are T5's.
 #[derive(Config, Debug)]
@@ -83,6 +83,13 @@ impl RelativePositionBiasConfig {
     /// Builds the module with a freshly initialised table.
     pub fn try_init(&self, device: &Device) -> Result<RelativePositionBias, PositionalError> {
         self.validate()?;
+        if let Some(why) = unallocatable(&[self.num_buckets, self.n_heads], 4, device) {
+            return Err(PositionalError::config(
+                "num_buckets",
+                self.num_buckets,
+                format!("with n_heads {}: {why}", self.n_heads),
+            ));
+        }
         Ok(RelativePositionBias {
             weight: self
                 .initializer
@@ -280,6 +287,14 @@ impl RelativePositionBias {
                 "positions",
                 [batch, q_len, k_len],
                 "must hold at least one row, one query and one key",
+            ));
+        }
+        let bias = [batch, self.config.n_heads, q_len, k_len];
+        if let Some(why) = unallocatable(&bias, 4, &self.weight.device()) {
+            return Err(PositionalError::input(
+                "[batch, n_heads, q_len, k_len]",
+                bias,
+                why,
             ));
         }
         // One bucket per (row, query, key): a count the host must be able to hold.

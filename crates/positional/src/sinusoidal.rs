@@ -9,7 +9,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic};
+use crate::error::{PositionalError, or_panic, unallocatable, unallocatable_on_host};
 
 /// How sines and cosines are arranged along the feature axis.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -78,6 +78,17 @@ impl SinusoidalEncodingConfig {
     /// f64 on the host.
     pub fn try_init(&self, device: &Device) -> Result<SinusoidalEncoding, PositionalError> {
         self.validate()?;
+        // Computed in f64 on the host, then held in f32 on the device.
+        let rows = [self.max_sequence_length, self.d_model];
+        if let Some(why) =
+            unallocatable(&rows, 4, device).or_else(|| unallocatable_on_host(&rows, 8))
+        {
+            return Err(PositionalError::config(
+                "max_sequence_length",
+                self.max_sequence_length,
+                format!("with d_model {}: {why}", self.d_model),
+            ));
+        }
         let table = rows_tensor(self, 0..self.max_sequence_length, device);
         Ok(SinusoidalEncoding {
             table,
@@ -149,9 +160,20 @@ impl SinusoidalEncoding {
     /// The encodings of `positions`, `[positions.len(), d_model]`, on this module's device.
     ///
     /// Rows inside the precomputed table are sliced from it; any other range is computed in f64 on
-    /// the host, so positions are unbounded.
+    /// the host, so positions are unbounded; a range whose rows cannot be allocated is an error.
+    pub fn try_table(&self, positions: Range<usize>) -> Result<Tensor<2>, PositionalError> {
+        let rows = [positions.len(), self.config.d_model];
+        if let Some(why) = unallocatable(&rows, 4, &self.table.device())
+            .or_else(|| unallocatable_on_host(&rows, 8))
+        {
+            return Err(PositionalError::input("positions", positions, why));
+        }
+        Ok(self.table_on(positions, &self.table.device()))
+    }
+
+    /// Panicking form of [`try_table`](Self::try_table).
     pub fn table(&self, positions: Range<usize>) -> Tensor<2> {
-        self.table_on(positions, &self.table.device())
+        or_panic(self.try_table(positions))
     }
 
     fn table_on(&self, positions: Range<usize>, device: &Device) -> Tensor<2> {

@@ -221,15 +221,20 @@ fn invalid_configurations_are_errors() {
         ),
         (
             MultiHeadAttentionConfig::new(32, 4).with_softcap(Some(0.0)),
-            "`softcap` = 0.0: must be a positive finite number",
+            "`softcap` = 0.0: must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
+        ),
+        (
+            // Infinite in f32: tanh(x / inf) * inf is NaN.
+            MultiHeadAttentionConfig::new(32, 4).with_softcap(Some(1e308)),
+            "`softcap` = 1e308: must be a positive number in f32's normal range",
         ),
         (
             MultiHeadAttentionConfig::new(32, 4).with_scale(Some(f64::NAN)),
-            "`scale` = NaN: must be a positive finite number",
+            "`scale` = NaN: must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
         ),
         (
             MultiHeadAttentionConfig::new(32, 4).with_qk_norm(Some(QkNormConfig::new(-1.0))),
-            "`qk_norm.eps` = -1.0: must be a positive finite number",
+            "`qk_norm.eps` = -1.0: must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
         ),
         (
             MultiHeadAttentionConfig::new(32, 4).with_positional(PositionalScheme::Relative(

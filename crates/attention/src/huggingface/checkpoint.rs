@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use burn::store::{ModuleStore, SafetensorsStore, bridge};
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+use positional::unallocatable;
 
 use crate::error::AttentionError;
 
@@ -143,8 +144,14 @@ impl Checkpoint {
                 format!("is stored as {:?}; a float dtype is expected", tensor.dtype),
             ));
         }
+        // A tensor the device cannot hold (past WGPU's largest buffer, say) would load and then
+        // fail at the first kernel that reads it.
+        let dtype = DType::from(self.float_dtype);
+        if let Some(why) = unallocatable(&shape, dtype.size(), device) {
+            return Err(AttentionError::input("checkpoint", name, why));
+        }
         let data: TensorData = bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))?;
-        let data = data.convert_dtype(DType::from(self.float_dtype));
+        let data = data.convert_dtype(dtype);
         self.read.insert(name.to_owned());
         Ok(Tensor::from_data(data, device))
     }

@@ -442,9 +442,21 @@ pub(crate) fn only(
 pub(crate) fn attention_configs(
     config: &HuggingFaceConfig,
 ) -> Result<Vec<attention::MultiHeadAttentionConfig>, ModelError> {
-    (0..config.num_layers()?)
-        .map(|layer| Ok(config.attention_config(layer)?))
-        .collect()
+    let layers = config.num_layers()?;
+    // A model holds a block configuration per layer (and a block per layer after that): a
+    // count that cannot be held is an error, not an aborted allocation.
+    let mut configs = Vec::new();
+    configs.try_reserve_exact(layers).map_err(|_| {
+        ModelError::config(
+            "num_hidden_layers",
+            layers,
+            "is more layers than this machine can hold",
+        )
+    })?;
+    for layer in 0..layers {
+        configs.push(config.attention_config(layer)?);
+    }
+    Ok(configs)
 }
 
 /// One block per layer, each with its layer's attention, `layout`, `norm` and the dense `mlp`.

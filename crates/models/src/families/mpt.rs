@@ -17,12 +17,21 @@ pub(super) fn architecture(
     config: &HuggingFaceConfig,
 ) -> Result<(TransformerConfig, Names), ModelError> {
     let d_model = required(config, &["d_model"])?;
-    let alibi = config
+    let alibi = match config
         .json()
         .get("attn_config")
         .and_then(|attn| attn.get("alibi"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(alibi)) => *alibi,
+        Some(other) => {
+            return Err(ModelError::config(
+                "attn_config.alibi",
+                other,
+                "must be true or false",
+            ));
+        }
+    };
     if !alibi {
         return Err(ModelError::config(
             "attn_config.alibi",
@@ -50,7 +59,14 @@ pub(super) fn architecture(
     )
     .with_bias(!no_bias);
     let ratio = config.integer("expansion_ratio")?.unwrap_or(4);
-    let mlp = MlpConfig::new(d_model, ratio * d_model, Activation::Gelu).with_bias(!no_bias);
+    let d_ff = ratio.checked_mul(d_model).ok_or_else(|| {
+        ModelError::config(
+            "expansion_ratio",
+            ratio,
+            format!("* d_model ({d_model}) overflows usize"),
+        )
+    })?;
+    let mlp = MlpConfig::new(d_model, d_ff, Activation::Gelu).with_bias(!no_bias);
     let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, true)?)

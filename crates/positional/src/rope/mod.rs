@@ -27,7 +27,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic};
+use crate::error::{PositionalError, or_panic, unallocatable_on_host};
 
 /// Which features form a rotated pair.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -102,6 +102,10 @@ impl RotaryEncodingConfig {
                 rotary_dim,
                 format!("must be at most head_dim ({})", self.head_dim),
             ));
+        }
+        // The frequencies (f64, computed here to check them) and one row of the tables.
+        if let Some(why) = unallocatable_on_host(&[rotary_dim], 8) {
+            return Err(PositionalError::config("rotary_dim", rotary_dim, why));
         }
         if !(self.theta.is_finite() && self.theta > 1.0) {
             return Err(PositionalError::config(

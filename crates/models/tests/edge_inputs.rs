@@ -1,0 +1,482 @@
+//! Whole models from Hugging Face configs and checkpoints edited at random near the edges: a
+//! field of the family's `config.json` set to a value of another type, to zero, one, a power of
+//! two, the largest whole numbers JSON holds, or removed; a tensor of its `model.safetensors`
+//! stored in another dtype, reshaped, cut short, renamed, dropped or doubled. Every load must be
+//! an error naming a field or input (the messages quote it in backticks), or a model whose
+//! logits are finite and equal to its reference: the same tokens one at a time through the
+//! cache for a causal model whose frequencies do not change with the length, and for a checkpoint whose only change is a float dtype, the
+//! original checkpoint with its weights rounded the same way. A panic or an abort fails the test.
+//!
+//! The reference checkpoints are the repository's (`crates/conformance/models`).
+
+use std::path::PathBuf;
+
+use attention::PositionalScheme;
+use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_learned_positions};
+use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData, bf16, f16};
+use models::{ModelInputs, Transformer, architecture, from_checkpoint, from_pretrained};
+use positional::RopeScaling;
+use positional::testing::{floats, for_each_backend};
+use proptest::prelude::*;
+use proptest::sample::select;
+use serde_json::{Map, Value, json};
+
+mod common;
+use common::{checkpoint, read_safetensors, write_safetensors};
+
+const FAMILIES: [&str; 14] = [
+    "bert", "bloom", "gemma2", "gemma3", "gpt2", "gpt_neox", "gpt_oss", "llama3", "mistral", "mpt",
+    "phi3", "qwen2", "qwen3", "t5",
+];
+
+/// Fields some family reads that a reference config may lack, to add.
+const EXTRA_FIELDS: [&str; 26] = [
+    "sliding_window",
+    "layer_types",
+    "head_dim",
+    "num_key_value_heads",
+    "attention_bias",
+    "mlp_bias",
+    "rope_scaling",
+    "rope_parameters",
+    "query_pre_attn_scalar",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "tie_word_embeddings",
+    "use_sliding_window",
+    "pretraining_tp",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "scale_attn_by_inverse_layer_idx",
+    "is_decoder",
+    "position_embedding_type",
+    "type_vocab_size",
+    "n_positions",
+    "layer_norm_eps",
+    "expansion_ratio",
+    "no_bias",
+    "attn_config",
+    "use_bidirectional_attention",
+];
+
+/// 32 cases per test, or `PROPTEST_CASES` (to search longer).
+fn cases() -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(32),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// An error's message names what is wrong: a field or input in backticks.
+fn names_a_field(error: &impl std::fmt::Display) -> bool {
+    error.to_string().matches('`').count() >= 2
+}
+
+/// JSON values at the edges: each type, zero, one, small sizes, whole numbers past i32, f64's
+/// exact integers and u64, fractions, huge and tiny floats, the strings fields take. No whole
+/// number lies between 64 and 2^40, so that no edit asks for a model that fits in memory but
+/// takes minutes to build.
+fn edge_value() -> impl Strategy<Value = Value> {
+    select(vec![
+        Value::Null,
+        json!(true),
+        json!(false),
+        json!(0),
+        json!(1),
+        json!(2),
+        json!(3),
+        json!(7),
+        json!(64),
+        json!(-1),
+        json!(1u64 << 40),
+        json!((1u64 << 53) + 1),
+        json!(1u64 << 63),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(0.0),
+        json!(-0.5),
+        json!(0.5),
+        json!(1e-30),
+        json!(1e30),
+        json!(1e308),
+        json!(-1e308),
+        json!(5e-324),
+        json!(""),
+        json!("default"),
+        json!("yarn"),
+        json!("llama3"),
+        json!("dynamic"),
+        json!("gelu"),
+        json!("full_attention"),
+        json!("sliding_attention"),
+        json!([]),
+        json!([1]),
+        json!(["sliding_attention", "full_attention"]),
+        json!({}),
+        json!({"rope_type": "yarn", "factor": 0.5}),
+        json!({"rope_type": "dynamic", "factor": 1e30}),
+        json!({"rope_type": "linear"}),
+    ])
+}
+
+/// One edit of a config: a field (top-level, or one inside an object field) set or removed.
+#[derive(Debug, Clone)]
+struct ConfigEdit {
+    field: usize,
+    nested: Option<usize>,
+    value: Option<Value>,
+}
+
+fn config_edit() -> impl Strategy<Value = ConfigEdit> {
+    (
+        any::<usize>(),
+        proptest::option::of(any::<usize>()),
+        proptest::option::weighted(0.85, edge_value()),
+    )
+        .prop_map(|(field, nested, value)| ConfigEdit {
+            field,
+            nested,
+            value,
+        })
+}
+
+/// Applies `edit`, returning what it did (`field = value`, `field.key removed`).
+fn apply(config: &mut Map<String, Value>, edit: &ConfigEdit) -> String {
+    let mut fields: Vec<String> = config.keys().cloned().collect();
+    fields.extend(
+        EXTRA_FIELDS
+            .iter()
+            .map(|f| f.to_string())
+            .filter(|f| !config.contains_key(f)),
+    );
+    let field = &fields[edit.field % fields.len()];
+    let (object, key, label) = match (edit.nested, config.get_mut(field)) {
+        (Some(nested), Some(Value::Object(inner))) if !inner.is_empty() => {
+            let key = inner.keys().nth(nested % inner.len()).unwrap().clone();
+            let label = format!("{field}.{key}");
+            (inner, key, label)
+        }
+        _ => (&mut *config, field.clone(), field.clone()),
+    };
+    match &edit.value {
+        Some(value) => {
+            object.insert(key, value.clone());
+            format!("{label} = {value}")
+        }
+        None => {
+            object.remove(&key);
+            format!("{label} removed")
+        }
+    }
+}
+
+fn read_config(family: &str) -> Map<String, Value> {
+    let text = std::fs::read_to_string(checkpoint(family).join("config.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn ids(tokens: &[i64], device: &Device) -> Tensor<2, Int> {
+    Tensor::from_data(TensorData::new(tokens.to_vec(), [1, tokens.len()]), device)
+}
+
+/// `a` and `b` agree to `tolerance` of the larger magnitude in `b` (random weights can make
+/// logits of any size).
+fn close(a: &[f32], b: &[f32], tolerance: f32) -> bool {
+    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tolerance * scale)
+}
+
+/// The logits of a few tokens: an error naming a field or input, or finite values that the
+/// cache reproduces token by token when every layer is causal. Returns them when there are any.
+fn logits_or_named_error(
+    model: &Transformer,
+    device: &Device,
+) -> Result<Option<Vec<f32>>, TestCaseError> {
+    let vocab = model.config().vocab_size as i64;
+    let tokens: Vec<i64> = (0..7).map(|i| (i * 7 + 3) % vocab).collect();
+    let whole = match model.try_forward(ids(&tokens, device), ModelInputs::new()) {
+        Ok(logits) => floats(&logits.into_data()),
+        Err(error) => {
+            prop_assert!(names_a_field(&error), "{error}");
+            return Ok(None);
+        }
+    };
+    prop_assert!(whole.iter().all(|v| v.is_finite()), "non-finite logits");
+    // Dynamic NTK and LongRoPE change every frequency with the running length: keys cached at
+    // a shorter length keep their rotation, as they do in transformers, so only the other
+    // schemes give the whole pass's logits through the cache.
+    let length_dependent = model.config().blocks.iter().any(|b| {
+        matches!(
+            &b.attention.positional,
+            PositionalScheme::Rope(rope) if matches!(
+                rope.scaling,
+                Some(RopeScaling::Dynamic { .. } | RopeScaling::LongRope { .. })
+            )
+        )
+    });
+    if !length_dependent && model.config().blocks.iter().all(|b| b.attention.causal) {
+        let mut caches = model.new_caches();
+        let mut stepped = Vec::new();
+        for chunk in [&tokens[..3], &tokens[3..4], &tokens[4..5], &tokens[5..]] {
+            let step = model
+                .try_forward_cached(ids(chunk, device), ModelInputs::new(), &mut caches)
+                .map_err(|e| TestCaseError::fail(format!("cached step after a whole pass: {e}")))?;
+            stepped.extend(floats(&step.into_data()));
+        }
+        prop_assert!(
+            close(&stepped, &whole, 1e-4),
+            "the cache's logits differ from the whole sequence's"
+        );
+    }
+    Ok(Some(whole))
+}
+
+/// Whether the family's checkpoint loaded under `json` and gave logits; an error for anything
+/// else than an answer or an error naming a field.
+fn answers_or_names_the_field(
+    family: &str,
+    json: Map<String, Value>,
+    device: &Device,
+) -> Result<bool, TestCaseError> {
+    let config = match HuggingFaceConfig::from_json(&Value::Object(json).to_string()) {
+        Ok(config) => config,
+        Err(error) => {
+            prop_assert!(names_a_field(&error), "{error}");
+            return Ok(false);
+        }
+    };
+    match architecture(&config).and_then(|a| a.try_init(device)) {
+        Ok(model) => {
+            logits_or_named_error(&model, device)?;
+        }
+        Err(error) => prop_assert!(names_a_field(&error), "{error}"),
+    }
+    let mut checkpoint = Checkpoint::open(checkpoint(family))
+        .unwrap()
+        .with_float_dtype(FloatDType::F32);
+    match from_checkpoint(&config, &mut checkpoint, device) {
+        Ok(model) => Ok(logits_or_named_error(&model, device)?.is_some()),
+        Err(error) => {
+            prop_assert!(names_a_field(&error), "{error}");
+            Ok(false)
+        }
+    }
+}
+
+/// Configs edited one to three times: `from_json`, `architecture` with Burn's initialisation,
+/// and the family's own checkpoint each answer or name the field.
+fn edited_configs_answer_or_name_the_field(device: &Device) {
+    let strategy = (
+        0..FAMILIES.len(),
+        proptest::collection::vec(config_edit(), 1..=3),
+    );
+    let ran = std::cell::Cell::new(0);
+    proptest!(cases(), |((family, edits) in strategy)| {
+        let family = FAMILIES[family];
+        let mut json = read_config(family);
+        let edited: Vec<String> = edits.iter().map(|edit| apply(&mut json, edit)).collect();
+        let loaded = answers_or_names_the_field(family, json, device)
+            .map_err(|e| TestCaseError::fail(format!("{family} with {edited:?}: {e}")))?;
+        ran.set(ran.get() + usize::from(loaded));
+    });
+    eprintln!(
+        "edited configs: {} of {} checkpoints ran",
+        ran.get(),
+        cases().cases
+    );
+    assert!(
+        ran.get() > 0,
+        "no edited config loaded: the test checked only errors"
+    );
+}
+for_each_backend!(edited_configs_answer_or_name_the_field);
+
+/// F32 bytes as `dtype`'s bytes (the reference checkpoints are f32); `None` for a dtype this
+/// test does not convert to.
+fn convert_f32(bytes: &[u8], dtype: &str) -> Vec<u8> {
+    let values = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()));
+    match dtype {
+        "F64" => values.flat_map(|v| f64::from(v).to_le_bytes()).collect(),
+        "F16" => values
+            .flat_map(|v| f16::from_f32(v).to_le_bytes())
+            .collect(),
+        "BF16" => values
+            .flat_map(|v| bf16::from_f32(v).to_le_bytes())
+            .collect(),
+        "I64" => values.flat_map(|v| (v as i64).to_le_bytes()).collect(),
+        "I32" => values.flat_map(|v| (v as i32).to_le_bytes()).collect(),
+        "U8" => values.map(|v| v as u8).collect(),
+        "BOOL" => values.map(|v| u8::from(v != 0.0)).collect(),
+        other => unreachable!("no conversion to {other}"),
+    }
+}
+
+/// `dtype`'s bytes back as f32 bytes: the weights a float conversion leaves.
+fn back_to_f32(bytes: &[u8], dtype: &str) -> Vec<u8> {
+    let values: Vec<f32> = match dtype {
+        "F64" => bytes
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)
+            .collect(),
+        "F16" => bytes
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes(b.try_into().unwrap()).to_f32())
+            .collect(),
+        "BF16" => bytes
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes(b.try_into().unwrap()).to_f32())
+            .collect(),
+        other => unreachable!("{other} is not a float dtype"),
+    };
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// What is done to one tensor of a checkpoint.
+#[derive(Debug, Clone)]
+enum TensorEdit {
+    /// Stored in another dtype.
+    Dtype(&'static str),
+    /// The same values under another shape: axes swapped, one axis fewer, one more.
+    Reshape(usize),
+    /// Bytes cut from the end, so that they no longer fill the shape.
+    CutShort,
+    Remove,
+    /// A copy under a name no family reads.
+    Duplicate,
+    /// The whole file cut to this many bytes.
+    Truncate(usize),
+}
+
+fn tensor_edit() -> impl Strategy<Value = TensorEdit> {
+    prop_oneof![
+        3 => select(vec!["F64", "F16", "BF16"]).prop_map(TensorEdit::Dtype),
+        1 => select(vec!["I64", "I32", "U8", "BOOL"]).prop_map(TensorEdit::Dtype),
+        1 => (0usize..3).prop_map(TensorEdit::Reshape),
+        1 => Just(TensorEdit::CutShort),
+        1 => Just(TensorEdit::Remove),
+        1 => Just(TensorEdit::Duplicate),
+        1 => select(vec![0usize, 7, 8, 100]).prop_map(TensorEdit::Truncate),
+    ]
+}
+
+/// A scratch directory per backend and process.
+fn scratch(device: &Device) -> PathBuf {
+    let name = format!("{device:?}")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>();
+    let dir = std::env::temp_dir().join(format!("models-edges-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Checkpoints with one tensor edited: loading the whole model, one attention layer and the
+/// learned positions each answer or name the tensor; a float dtype gives the logits of the
+/// original weights rounded to it.
+fn edited_checkpoints_answer_or_name_the_tensor(device: &Device) {
+    let dir = scratch(device);
+    let strategy = (
+        0..FAMILIES.len(),
+        any::<usize>(),
+        tensor_edit(),
+        select(vec![0usize, 1, 2, usize::MAX]),
+    );
+    let ran = std::cell::Cell::new(0);
+    proptest!(cases(), |((family, tensor, edit, layer) in strategy)| {
+        let family = FAMILIES[family];
+        std::fs::copy(checkpoint(family).join("config.json"), dir.join("config.json")).unwrap();
+        let original = read_safetensors(&checkpoint(family).join("model.safetensors"));
+        let mut tensors = original.clone();
+        let index = tensor % tensors.len();
+        // The original weights rounded as a float dtype rounds them, stored as f32.
+        let mut rounded = None;
+        let path = dir.join("model.safetensors");
+        match &edit {
+            TensorEdit::Dtype(dtype) => {
+                let t = &mut tensors[index];
+                t.3 = convert_f32(&t.3, dtype);
+                t.1 = dtype.to_string();
+                if ["F64", "F16", "BF16"].contains(dtype) {
+                    let mut reference = original.clone();
+                    reference[index].3 = back_to_f32(&t.3, dtype);
+                    rounded = Some(reference);
+                }
+            }
+            TensorEdit::Reshape(how) => {
+                let shape = &mut tensors[index].2;
+                match how {
+                    0 => shape.reverse(),
+                    1 if shape.len() > 1 => {
+                        let last = shape.pop().unwrap();
+                        *shape.last_mut().unwrap() *= last;
+                    }
+                    _ => shape.insert(0, 1),
+                }
+            }
+            TensorEdit::CutShort => {
+                let bytes = &mut tensors[index].3;
+                bytes.truncate(bytes.len().saturating_sub(4));
+            }
+            TensorEdit::Remove => {
+                tensors.remove(index);
+            }
+            TensorEdit::Duplicate => {
+                let mut copy = tensors[index].clone();
+                copy.0 = format!("unused.{}", copy.0);
+                tensors.push(copy);
+            }
+            TensorEdit::Truncate(_) => {}
+        }
+        write_safetensors(&path, &tensors);
+        if let TensorEdit::Truncate(len) = edit {
+            let bytes = std::fs::read(&path).unwrap();
+            std::fs::write(&path, &bytes[..len.min(bytes.len())]).unwrap();
+        }
+
+        let logits = match from_pretrained(&dir, device) {
+            Ok(model) => {
+                ran.set(ran.get() + 1);
+                logits_or_named_error(&model, device)?
+            }
+            Err(error) => {
+                prop_assert!(names_a_field(&error), "{error}");
+                None
+            }
+        };
+        if let (Some(logits), Some(reference)) = (logits, rounded) {
+            write_safetensors(&path, &reference);
+            let model = from_pretrained(&dir, device).unwrap();
+            let want = logits_or_named_error(&model, device)?.unwrap();
+            prop_assert!(close(&logits, &want, 1e-5), "{edit:?} changed the logits beyond rounding");
+        }
+        if let Err(error) = load_layer(&dir, layer, device) {
+            prop_assert!(names_a_field(&error), "{error}");
+        }
+        if let (Ok(config), Ok(mut checkpoint)) =
+            (HuggingFaceConfig::from_dir(&dir), Checkpoint::open(&dir))
+            && let Err(error) = load_learned_positions(&config, &mut checkpoint, device)
+        {
+            prop_assert!(names_a_field(&error), "{error}");
+        }
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!(
+        "edited checkpoints: {} of {} loaded",
+        ran.get(),
+        cases().cases
+    );
+    assert!(
+        ran.get() > 0,
+        "no edited checkpoint loaded: the test checked only errors"
+    );
+}
+for_each_backend!(edited_checkpoints_answer_or_name_the_tensor);
