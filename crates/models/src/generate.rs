@@ -150,6 +150,10 @@ impl Transformer {
 
         let device = self.embedding.weight.device();
         let batch = prompts.len();
+        // Every prompt left-padded to the longest: a size the prompts themselves need not reach.
+        if let Some(why) = positional::unallocatable(&[batch, longest], 8, &device) {
+            return Err(ModelError::input("prompts", [batch, longest], why));
+        }
         let pads: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
         let mut ids = Vec::with_capacity(batch * longest);
         let mut padding = Vec::with_capacity(batch * longest);

@@ -198,6 +198,10 @@ impl SentenceEmbedder {
             ));
         }
         let batch = ids.len();
+        // Every row padded to the longest: a size the rows themselves need not reach.
+        if let Some(why) = positional::unallocatable(&[batch, longest], 8, &device) {
+            return Err(ModelError::input("ids", [batch, longest], why));
+        }
         let mut flat = Vec::with_capacity(batch * longest);
         let mut padding = Vec::with_capacity(batch * longest);
         for row in ids {

@@ -136,6 +136,19 @@ fn bad_inputs_are_named_errors(device: &Device) {
         .unwrap_err()
         .to_string();
     assert!(err.contains("`prompts[1]`"), "{err}");
+    // 2^20 one-token prompts and one of 2^20 tokens: 4 MB each way, 8 TB once padded.
+    let mut prompts = vec![vec![1u32]; 1 << 20];
+    prompts.push(vec![1; 1 << 20]);
+    let long_positions = from_pretrained(checkpoint("llama3"), device).unwrap();
+    let err = long_positions
+        .try_generate(&prompts, &GenerationConfig::new().with_max_new_tokens(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`prompts` = [1048577, 1048576]: a [1048577, 1048576] tensor")
+            && (err.contains("cannot be allocated") || err.contains("exceeds the largest buffer")),
+        "{err}"
+    );
     let mut caches = model.new_caches();
     model
         .try_forward_cached(ids(vec![1, 2]), ModelInputs::new(), &mut caches[..1])

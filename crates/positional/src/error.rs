@@ -162,7 +162,10 @@ fn tensor(dims: &[usize], element_bytes: usize) -> String {
 }
 
 fn size(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+    match bytes < 1 << 30 {
+        true => format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20)),
+        false => format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30)),
+    }
 }
 
 /// The largest buffer a CubeCL device allocates; `None` for other backends.
