@@ -6,7 +6,7 @@
 
 use attention::{AttentionInputs, KvCache, MultiHeadAttentionConfig, PositionalScheme};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
-use positional::testing::{assert_close, floats, for_each_backend};
+use positional::testing::{assert_close, floats, for_each_backend, names_a_field, proptest_config};
 use positional::{
     AlibiConfig, LearnedPositionalEmbeddingConfig, RelativePositionBiasConfig, RopeLayout,
     RopeScaling, RotaryEncodingConfig, SinusoidalEncodingConfig,
@@ -14,22 +14,8 @@ use positional::{
 use proptest::prelude::*;
 use proptest::sample::select;
 
-/// 48 cases per test, or `PROPTEST_CASES` (to search longer).
 fn cases() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|cases| cases.parse().ok())
-            .unwrap_or(48),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-/// An error's message names what is wrong: `field` or `input` in backticks.
-fn names_a_field(error: &impl std::fmt::Display) -> bool {
-    let message = error.to_string();
-    message.matches('`').count() >= 2
+    proptest_config(48)
 }
 
 fn values(tensor: Tensor<4>) -> Vec<f32> {

@@ -16,7 +16,7 @@ use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_lea
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData, bf16, f16};
 use models::{ModelInputs, Transformer, architecture, from_checkpoint, from_pretrained};
 use positional::RopeScaling;
-use positional::testing::{floats, for_each_backend};
+use positional::testing::{floats, for_each_backend, names_a_field, proptest_config};
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Value, json};
@@ -59,21 +59,15 @@ const EXTRA_FIELDS: [&str; 26] = [
     "use_bidirectional_attention",
 ];
 
-/// 32 cases per test, or `PROPTEST_CASES` (to search longer).
 fn cases() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|cases| cases.parse().ok())
-            .unwrap_or(32),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    proptest_config(32)
 }
 
-/// An error's message names what is wrong: a field or input in backticks.
-fn names_a_field(error: &impl std::fmt::Display) -> bool {
-    error.to_string().matches('`').count() >= 2
+/// Reports how many cases loaded a model, and fails when none did: a run that met only errors
+/// checked nothing of the models' outputs.
+fn some_loaded(what: &str, loaded: usize) {
+    eprintln!("{what}s: {loaded} of {} loaded a model", cases().cases);
+    assert!(loaded > 0, "no {what} loaded: the test checked only errors");
 }
 
 /// JSON values at the edges: each type, zero, one, small sizes, whole numbers past i32, f64's
@@ -286,15 +280,7 @@ fn edited_configs_answer_or_name_the_field(device: &Device) {
             .map_err(|e| TestCaseError::fail(format!("{family} with {edited:?}: {e}")))?;
         ran.set(ran.get() + usize::from(loaded));
     });
-    eprintln!(
-        "edited configs: {} of {} checkpoints ran",
-        ran.get(),
-        cases().cases
-    );
-    assert!(
-        ran.get() > 0,
-        "no edited config loaded: the test checked only errors"
-    );
+    some_loaded("edited config", ran.get());
 }
 for_each_backend!(edited_configs_answer_or_name_the_field);
 
@@ -469,14 +455,6 @@ fn edited_checkpoints_answer_or_name_the_tensor(device: &Device) {
         }
     });
     std::fs::remove_dir_all(&dir).unwrap();
-    eprintln!(
-        "edited checkpoints: {} of {} loaded",
-        ran.get(),
-        cases().cases
-    );
-    assert!(
-        ran.get() > 0,
-        "no edited checkpoint loaded: the test checked only errors"
-    );
+    some_loaded("edited checkpoint", ran.get());
 }
 for_each_backend!(edited_checkpoints_answer_or_name_the_tensor);

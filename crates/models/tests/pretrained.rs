@@ -15,9 +15,14 @@ use serde_json::Value;
 mod common;
 use common::{checkpoint, read_safetensors, write_safetensors};
 
-/// A copy of `family`'s checkpoint in a scratch directory, to break.
+/// A copy of `family`'s checkpoint in a scratch directory of the calling test's own (the backends'
+/// tests run at once), to break.
 fn scratch_copy(family: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("models-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "models-{name}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     for file in ["config.json", "model.safetensors"] {
@@ -92,6 +97,24 @@ fn broken_checkpoints_are_named_errors(device: &Device) {
         err.contains(name.trim_end_matches(".weight")) && err.contains("must be [128, 64]"),
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // MPT without ALiBi has no positions in transformers; an `alibi` that is not a bool is
+    // attention's reader's error.
+    let dir = scratch_copy("mpt", "mpt-alibi");
+    for (alibi, named) in [
+        (
+            Value::Bool(false),
+            "`attn_config.alibi` = false: must be true",
+        ),
+        (Value::from("yes"), "`attn_config.alibi`"),
+    ] {
+        edit_config(&dir, |c| {
+            c["attn_config"]["alibi"] = alibi;
+        });
+        let err = error_of(&dir, device);
+        assert!(err.contains(named), "{err}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 for_each_backend!(broken_checkpoints_are_named_errors);

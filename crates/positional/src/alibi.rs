@@ -8,7 +8,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic, unallocatable, unallocatable_on_host};
+use crate::error::{PositionalError, check_f32_size, or_panic, unallocatable_on_host};
 
 /// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
 /// which the distances are multiplied by the slopes.
@@ -151,13 +151,11 @@ impl Alibi {
             ));
         }
         let heads = self.config.n_heads;
-        if let Some(why) = unallocatable(&[heads, q_len, k_len], 4, &self.slopes.device()) {
-            return Err(PositionalError::input(
-                "[n_heads, q_len, k_len]",
-                [heads, q_len, k_len],
-                why,
-            ));
-        }
+        check_f32_size(
+            "[n_heads, q_len, k_len]",
+            &[heads, q_len, k_len],
+            &self.slopes.device(),
+        )?;
         let device = self.slopes.device();
         let first_query = (k_len - q_len) as i64;
         let query_positions = Tensor::<1, Int>::arange(first_query..k_len as i64, &device).float();
@@ -204,14 +202,11 @@ impl Alibi {
                 "must hold at least one query and one key",
             ));
         }
-        let bias = [batch, self.config.n_heads, q_len, k_len];
-        if let Some(why) = unallocatable(&bias, 4, &self.slopes.device()) {
-            return Err(PositionalError::input(
-                "[batch, n_heads, q_len, k_len]",
-                bias,
-                why,
-            ));
-        }
+        check_f32_size(
+            "[batch, n_heads, q_len, k_len]",
+            &[batch, self.config.n_heads, q_len, k_len],
+            &self.slopes.device(),
+        )?;
         let distance = (query_positions.reshape([batch, 1, q_len, 1])
             - key_positions.reshape([batch, 1, 1, k_len]))
         .abs()

@@ -107,7 +107,7 @@ const PROBED_FROM_BYTES: usize = 64 << 20;
 ///
 /// Burn aborts the process when a host allocation fails (Rust's allocation error handler), and
 /// a CubeCL device fails every kernel that touches a buffer larger than the largest it allocates
-/// (128 MiB on WGPU's default limits, lavapipe's included), then panics at the first read; so a
+/// (the adapter's storage-buffer limit on WGPU: 128 MiB on lavapipe), then panics at the first read; so a
 /// configuration or input whose tensors cannot exist must be refused before Burn tries. A size
 /// whose byte count overflows cannot exist anywhere. From 64 MiB on, a CubeCL device is asked its
 /// largest buffer (`max_page_size`), and any other device's host allocator is asked with
@@ -131,6 +131,19 @@ pub fn unallocatable(dims: &[usize], element_bytes: usize, device: &Device) -> O
         ));
     }
     unallocatable_on_host(dims, element_bytes)
+}
+
+/// An input error naming `input` (which sized the tensor) when `dims` f32 values cannot be
+/// allocated on `device`: the bias tensors computed per call.
+pub(crate) fn check_f32_size(
+    input: &'static str,
+    dims: &[usize],
+    device: &Device,
+) -> Result<(), PositionalError> {
+    match unallocatable(dims, 4, device) {
+        Some(why) => Err(PositionalError::input(input, dims, why)),
+        None => Ok(()),
+    }
 }
 
 /// As [`unallocatable`], for a buffer on the host (tables computed there before they are
@@ -212,7 +225,7 @@ mod tests {
     }
 
     /// What the check refuses cannot be made on the device, and what it accepts can: a tensor
-    /// just past 64 MiB, and one of 256 MiB (past WGPU's default 128 MiB buffers).
+    /// just past 64 MiB, and one of 256 MiB (past lavapipe's 128 MiB buffers).
     fn device_sizes_are_refused_where_the_device_cannot_hold_them(device: &Device) {
         use burn::tensor::Tensor;
         assert!(unallocatable(&[1 << 40, 1 << 30], 4, device).is_some());

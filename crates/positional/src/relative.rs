@@ -11,7 +11,9 @@ use burn::config::Config;
 use burn::module::{Initializer, Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic, unallocatable};
+use crate::error::{
+    PositionalError, check_f32_size, or_panic, unallocatable, unallocatable_on_host,
+};
 
 /// Configuration of [`RelativePositionBias`]. The defaults are T5's.
 #[derive(Config, Debug)]
@@ -289,29 +291,18 @@ impl RelativePositionBias {
                 "must hold at least one row, one query and one key",
             ));
         }
-        let bias = [batch, self.config.n_heads, q_len, k_len];
-        if let Some(why) = unallocatable(&bias, 4, &self.weight.device()) {
-            return Err(PositionalError::input(
-                "[batch, n_heads, q_len, k_len]",
-                bias,
-                why,
-            ));
+        let device = self.weight.device();
+        check_f32_size(
+            "[batch, n_heads, q_len, k_len]",
+            &[batch, self.config.n_heads, q_len, k_len],
+            &device,
+        )?;
+        // One i64 bucket per (row, query, key), on the host.
+        let pairs = [batch, q_len, k_len];
+        if let Some(why) = unallocatable_on_host(&pairs, 8) {
+            return Err(PositionalError::input("positions", pairs, why));
         }
-        // One bucket per (row, query, key): a count the host must be able to hold.
-        let pairs = batch
-            .checked_mul(q_len)
-            .and_then(|n| n.checked_mul(k_len))
-            .ok_or_else(|| {
-                PositionalError::input("positions", [batch, q_len, k_len], "overflow usize pairs")
-            })?;
-        let mut buckets = Vec::new();
-        buckets.try_reserve_exact(pairs).map_err(|_| {
-            PositionalError::input(
-                "positions",
-                [batch, q_len, k_len],
-                format!("need {pairs} buckets, more than this machine can allocate"),
-            )
-        })?;
+        let mut buckets = Vec::with_capacity(batch * q_len * k_len);
         for (row_queries, row_keys) in queries.iter().zip(keys) {
             for &query in row_queries {
                 for &key in row_keys {
@@ -321,7 +312,6 @@ impl RelativePositionBias {
                 }
             }
         }
-        let device = self.weight.device();
         let buckets =
             Tensor::<1, Int>::from_data(TensorData::new(buckets, [batch * q_len * k_len]), &device);
         let heads = self.config.n_heads;

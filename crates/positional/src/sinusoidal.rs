@@ -78,11 +78,7 @@ impl SinusoidalEncodingConfig {
     /// f64 on the host.
     pub fn try_init(&self, device: &Device) -> Result<SinusoidalEncoding, PositionalError> {
         self.validate()?;
-        // Computed in f64 on the host, then held in f32 on the device.
-        let rows = [self.max_sequence_length, self.d_model];
-        if let Some(why) =
-            unallocatable(&rows, 4, device).or_else(|| unallocatable_on_host(&rows, 8))
-        {
+        if let Some(why) = rows_unallocatable([self.max_sequence_length, self.d_model], device) {
             return Err(PositionalError::config(
                 "max_sequence_length",
                 self.max_sequence_length,
@@ -163,9 +159,7 @@ impl SinusoidalEncoding {
     /// the host, so positions are unbounded; a range whose rows cannot be allocated is an error.
     pub fn try_table(&self, positions: Range<usize>) -> Result<Tensor<2>, PositionalError> {
         let rows = [positions.len(), self.config.d_model];
-        if let Some(why) = unallocatable(&rows, 4, &self.table.device())
-            .or_else(|| unallocatable_on_host(&rows, 8))
-        {
+        if let Some(why) = rows_unallocatable(rows, &self.table.device()) {
             return Err(PositionalError::input("positions", positions, why));
         }
         Ok(self.table_on(positions, &self.table.device()))
@@ -200,6 +194,12 @@ impl SinusoidalEncoding {
     fn precomputed(&self, positions: &Range<usize>) -> bool {
         positions.end <= self.config.max_sequence_length && positions.start < positions.end
     }
+}
+
+/// Why `rows` of the table cannot be made on `device`: they are computed in f64 on the host, then
+/// held in f32 on the device.
+fn rows_unallocatable(rows: [usize; 2], device: &Device) -> Option<String> {
+    unallocatable(&rows, 4, device).or_else(|| unallocatable_on_host(&rows, 8))
 }
 
 fn rows_tensor(

@@ -61,6 +61,25 @@ macro_rules! for_each_backend {
 }
 pub use for_each_backend;
 
+/// An error's message names what is wrong: every error of this workspace quotes the field or
+/// input at fault in backticks.
+pub fn names_a_field(error: &impl std::fmt::Display) -> bool {
+    error.to_string().matches('`').count() >= 2
+}
+
+/// Property tests' settings: `default_cases` cases, or `PROPTEST_CASES` (to search longer), and
+/// no failure files written into the source tree.
+pub fn proptest_config(default_cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(default_cases),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 /// `len` values that differ everywhere, so that a value read from the wrong place shows.
 pub fn varied(len: usize, seed: f32) -> Vec<f32> {
     (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()

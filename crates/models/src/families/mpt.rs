@@ -3,8 +3,9 @@
 //! embeddings. transformers' `MptModel` always applies ALiBi, so a config without it is refused
 //! rather than run with positions it does not have.
 
+use attention::PositionalScheme;
 use attention::huggingface::HuggingFaceConfig;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{MlpNames, Names, dense_blocks, only, required, tied};
 use crate::block::BlockLayout;
@@ -17,28 +18,6 @@ pub(super) fn architecture(
     config: &HuggingFaceConfig,
 ) -> Result<(TransformerConfig, Names), ModelError> {
     let d_model = required(config, &["d_model"])?;
-    let alibi = match config
-        .json()
-        .get("attn_config")
-        .and_then(|attn| attn.get("alibi"))
-    {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(alibi)) => *alibi,
-        Some(other) => {
-            return Err(ModelError::config(
-                "attn_config.alibi",
-                other,
-                "must be true or false",
-            ));
-        }
-    };
-    if !alibi {
-        return Err(ModelError::config(
-            "attn_config.alibi",
-            alibi,
-            "must be true: transformers' MPT always applies ALiBi",
-        ));
-    }
     only(
         config,
         "logit_scale",
@@ -68,6 +47,18 @@ pub(super) fn architecture(
     })?;
     let mlp = MlpConfig::new(d_model, d_ff, Activation::Gelu).with_bias(!no_bias);
     let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
+    // Attention read `attn_config` (a non-bool `alibi` is its error); without ALiBi it gave
+    // no positions at all.
+    if blocks
+        .iter()
+        .any(|block| !matches!(block.attention.positional, PositionalScheme::Alibi { .. }))
+    {
+        return Err(ModelError::config(
+            "attn_config.alibi",
+            false,
+            "must be true: transformers' MPT always applies ALiBi",
+        ));
+    }
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
         .with_tied_embeddings(tied(config, true)?)
         .with_final_norm(Some(norm))
