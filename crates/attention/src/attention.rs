@@ -293,6 +293,9 @@ impl MultiHeadAttention {
                 format!("must be [batch, seq] = [{batch}, {seq}]"),
             ));
         }
+        let positions = positions
+            .map(|positions| positional::device_ints("positions", positions))
+            .transpose()?;
         let (heads, kv_heads, head_dim) = (
             self.config.n_heads,
             self.config.kv_heads(),

@@ -27,6 +27,9 @@ pub struct KvCache {
     /// `[batch, kept]`, each key's position; `None` while every call took positions from the
     /// token indices.
     positions: Option<Tensor<2, Int>>,
+    /// `[batch]`, how many of each row's tokens (dropped ones included) were not padding; `None`
+    /// while no call has had padding, when every row counts [`len`](Self::len).
+    unpadded: Option<Tensor<1, Int>>,
     /// The first held row of the storage.
     start: usize,
     /// Rows held.
@@ -117,6 +120,14 @@ impl KvCache {
             .map_or(0, |keys| 2 * keys.dims().iter().product::<usize>())
     }
 
+    /// `[batch]`, how many of the tokens seen in each row were not padding: where a row's next
+    /// position is when positions count real tokens (`cumsum(!padding) - 1`, as a left-padded
+    /// batch has them). `None` while no call has had padding: then every row has seen
+    /// [`len`](Self::len) real tokens.
+    pub fn unpadded_len(&self) -> Option<Tensor<1, Int>> {
+        self.unpadded.clone()
+    }
+
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -149,6 +160,17 @@ impl KvCache {
             ));
         }
         let keep = len - self.dropped;
+        if let (Some(padding), Some(unpadded)) = (&self.padding, self.unpadded.take()) {
+            let [batch, _] = padding.dims();
+            let cut = padding
+                .clone()
+                .narrow(1, keep, self.kept - keep)
+                .bool_not()
+                .int()
+                .sum_dim(1)
+                .reshape([batch]);
+            self.unpadded = Some(unpadded - cut);
+        }
         self.kept = keep;
         self.padding = self
             .padding
@@ -205,6 +227,41 @@ impl KvCache {
             AttentionError::input("x.dims()[1]", new, "overflows the cache's length")
         })?;
         let device = keys.device();
+        // Room for the new rows after the held ones, or fresh storage of twice what is held
+        // then, the held rows moved to its front (the only copy of them). Storage more than
+        // twice what is held (after a long prompt on a sliding layer, or a truncation) is
+        // replaced the same way, so the cache never holds more than twice what it needs.
+        // Checked before anything changes, so that a refused call leaves the cache as it was.
+        let new_storage = self.start + held > self.capacity() || self.capacity() > 2 * held;
+        if new_storage {
+            let storage = held
+                .checked_mul(2)
+                .map(|capacity| [batch, kv_heads, capacity, head_dim]);
+            let why = match storage {
+                Some(storage) => unallocatable(&storage, 4, &device),
+                None => Some("overflows usize rows".to_owned()),
+            };
+            if let Some(why) = why {
+                return Err(AttentionError::input(
+                    "x.dims()[1]",
+                    new,
+                    format!("with {kept} cached rows, the cache's storage (twice them): {why}"),
+                ));
+            }
+        }
+        self.unpadded = match (self.unpadded.take(), &padding) {
+            (None, None) => None,
+            (old, new_padding) => {
+                let new_real = match new_padding {
+                    Some(padding) => padding.clone().bool_not().int().sum_dim(1).reshape([batch]),
+                    None => Tensor::<1, Int>::full([batch], new as i64, &device),
+                };
+                Some(match old {
+                    Some(old) => old + new_real,
+                    None => new_real.add_scalar(past as i64),
+                })
+            }
+        };
         self.padding = match (self.padding.take(), padding) {
             (None, None) => None,
             (old, new_padding) => {
@@ -243,25 +300,7 @@ impl KvCache {
             }
         };
 
-        // Room for the new rows after the held ones, or fresh storage of twice what is held
-        // then, the held rows moved to its front (the only copy of them). Storage more than
-        // twice what is held (after a long prompt on a sliding layer, or a truncation) is
-        // replaced the same way, so the cache never holds more than twice what it needs.
-        if self.start + held > self.capacity() || self.capacity() > 2 * held {
-            let storage = held
-                .checked_mul(2)
-                .map(|capacity| [batch, kv_heads, capacity, head_dim]);
-            let why = match storage {
-                Some(storage) => unallocatable(&storage, 4, &device),
-                None => Some("overflows usize rows".to_owned()),
-            };
-            if let Some(why) = why {
-                return Err(AttentionError::input(
-                    "x.dims()[1]",
-                    new,
-                    format!("with {kept} cached rows, the cache's storage (twice them): {why}"),
-                ));
-            }
+        if new_storage {
             let capacity = 2 * held;
             let grow = |storage: Option<Tensor<4>>| {
                 let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, head_dim], &device);
@@ -378,4 +417,46 @@ mod tests {
         }
     }
     for_each_backend!(storage_holds_the_rows_in_order_within_twice_their_size);
+
+    /// Each row's count of real tokens follows the padding of every call, the tokens the window
+    /// drops included, and a truncation takes back the real tokens it cuts.
+    fn counts_each_rows_real_tokens(device: &Device) {
+        let unpadded = |cache: &KvCache| {
+            cache
+                .unpadded_len()
+                .map(|t| t.into_data().convert::<i64>().try_to_vec::<i64>().unwrap())
+        };
+        for window in [None, Some(2)] {
+            let mut cache = KvCache::new();
+            let rows = |new: usize| Tensor::<4>::zeros([2, 1, new, 3], device);
+            let mask = |values: Vec<bool>, new: usize| {
+                Some(Tensor::<2, Bool>::from_data(
+                    TensorData::new(values, [2, new]),
+                    device,
+                ))
+            };
+            cache.append(rows(2), rows(2), None, None, window).unwrap();
+            assert_eq!(unpadded(&cache), None);
+            let padding = mask(vec![true, false, false, false], 2);
+            cache
+                .append(rows(2), rows(2), padding, None, window)
+                .unwrap();
+            assert_eq!(unpadded(&cache), Some(vec![3, 4]));
+            cache.append(rows(1), rows(1), None, None, window).unwrap();
+            assert_eq!(unpadded(&cache), Some(vec![4, 5]));
+            let padding = mask(vec![true, false], 1);
+            cache
+                .append(rows(1), rows(1), padding, None, window)
+                .unwrap();
+            assert_eq!(unpadded(&cache), Some(vec![4, 6]));
+            if window.is_none() {
+                // Back to 3 tokens: row 0 loses real 3, 4 and padded 5; row 1 three real.
+                cache.truncate(3);
+                assert_eq!(unpadded(&cache), Some(vec![2, 3]));
+            }
+            cache.reset();
+            assert_eq!(unpadded(&cache), None);
+        }
+    }
+    for_each_backend!(counts_each_rows_real_tokens);
 }

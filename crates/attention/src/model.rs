@@ -244,6 +244,7 @@ impl Decoder {
         tokens: Tensor<2, Int>,
         caches: Option<&mut [KvCache]>,
     ) -> Result<Tensor<3>, AttentionError> {
+        let tokens = positional::device_ints("tokens", tokens)?;
         self.check_tokens(&tokens)?;
         let offset = caches
             .as_ref()
@@ -305,19 +306,14 @@ pub fn check_token_ids(
             "must hold at least one token in at least one row",
         ));
     }
-    let extremes = Tensor::cat(
-        vec![
-            ids.clone().min().reshape([1]),
-            ids.clone().max().reshape([1]),
-        ],
-        0,
-    )
-    .into_data()
-    .convert::<i64>()
-    .try_to_vec::<i64>()
-    .map_err(|e| AttentionError::input(name, format!("{e:?}"), "must be integer data"))?;
+    let [(smallest, largest)] = positional::int_extremes(name, &[ids])?[..] else {
+        unreachable!("one tensor gives one pair")
+    };
     let vocab = vocab_size as i64;
-    match extremes.into_iter().find(|id| !(0..vocab).contains(id)) {
+    match [smallest, largest]
+        .into_iter()
+        .find(|id| !(0..vocab).contains(id))
+    {
         Some(id) => Err(AttentionError::input(
             name,
             id,

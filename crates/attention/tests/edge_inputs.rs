@@ -6,7 +6,9 @@
 
 use attention::{AttentionInputs, KvCache, MultiHeadAttentionConfig, PositionalScheme};
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
-use positional::testing::{assert_close, floats, for_each_backend, names_a_field, proptest_config};
+use positional::testing::{
+    assert_close, edge_integer, floats, for_each_backend, names_a_field, proptest_config,
+};
 use positional::{
     AlibiConfig, LearnedPositionalEmbeddingConfig, RelativePositionBiasConfig, RopeLayout,
     RopeScaling, RotaryEncodingConfig, SinusoidalEncodingConfig,
@@ -318,6 +320,45 @@ fn explicit_positions_answer_or_name_the_field(device: &Device) {
     });
 }
 for_each_backend!(explicit_positions_answer_or_name_the_field);
+
+/// Positions past i32 and to the ends of i64, made in the device's integer type with
+/// `try_ints` (an error naming the value where that type cannot hold it: flex and WGPU hold
+/// i32, and Burn's `from_data` panics past it) or as i64 tensors on any device, through
+/// attention with each scheme that reads positions: a finite output or a named error (ALiBi's
+/// distances must fit the integer type, RoPE's positions f64's exact integers).
+fn positions_past_i32_answer_or_name_the_field(device: &Device) {
+    let strategy = (edge_integer(), edge_integer(), 0usize..3, any::<bool>());
+    proptest!(cases(), |((first, second, scheme, as_i64) in strategy)| {
+        let positional = match scheme {
+            0 => PositionalScheme::Rope(RotaryEncodingConfig::new(4)),
+            1 => PositionalScheme::Alibi { max_bias: 8.0 },
+            _ => PositionalScheme::Relative(RelativePositionBiasConfig::new(2)),
+        };
+        let module = MultiHeadAttentionConfig::new(8, 2)
+            .with_positional(positional)
+            .init(device);
+        let values = vec![first, second];
+        let positions = match as_i64 {
+            true => Tensor::<2, Int>::from_data(
+                TensorData::new(values, [1, 2]),
+                (device, burn::tensor::DType::I64),
+            ),
+            false => match positional::try_ints("positions", values, [1, 2], device) {
+                Ok(positions) => positions,
+                Err(error) => {
+                    prop_assert!(names_a_field(&error), "{error}");
+                    return Ok(());
+                }
+            },
+        };
+        let x = random([1, 2, 8], device);
+        match module.try_forward_with(x, AttentionInputs::new().with_positions(positions), None) {
+            Ok(y) => prop_assert!(all_finite(&floats(&y.into_data())), "non-finite output"),
+            Err(error) => prop_assert!(names_a_field(&error), "{error}"),
+        }
+    });
+}
+for_each_backend!(positions_past_i32_answer_or_name_the_field);
 
 /// Sizes no machine holds, mixed with small ones: every module's configuration and every
 /// output it would allocate is an error naming the field (or a small module that answers),

@@ -4,7 +4,7 @@
 //! does), stopping at stop tokens.
 
 use burn::config::Config;
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 
 use crate::error::ModelError;
 use crate::transformer::{ModelInputs, PositionIds, Transformer};
@@ -171,12 +171,14 @@ impl Transformer {
             &device,
         ));
         if explicit_positions {
-            inputs = inputs.with_positions(Tensor::from_data(
-                TensorData::new(positions, [batch, longest]),
+            inputs = inputs.with_positions(positional::try_ints(
+                "positions",
+                positions,
+                [batch, longest],
                 &device,
-            ));
+            )?);
         }
-        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, longest]), &device);
+        let ids = positional::try_ints("prompts", ids, [batch, longest], &device)?;
         let mut logits = self.try_forward_cached(ids, inputs, &mut caches)?;
 
         let mut sampler = Sampler::new(config.seed);
@@ -224,12 +226,14 @@ impl Transformer {
             if explicit_positions {
                 let next_positions: Vec<i64> =
                     prompts.iter().map(|p| (p.len() + step) as i64).collect();
-                inputs = inputs.with_positions(Tensor::from_data(
-                    TensorData::new(next_positions, [batch, 1]),
+                inputs = inputs.with_positions(positional::try_ints(
+                    "positions",
+                    next_positions,
+                    [batch, 1],
                     &device,
-                ));
+                )?);
             }
-            let ids = Tensor::<2, Int>::from_data(TensorData::new(next, [batch, 1]), &device);
+            let ids = positional::try_ints("tokens", next, [batch, 1], &device)?;
             logits = self.try_forward_cached(ids, inputs, &mut caches)?;
         }
         Ok(output)

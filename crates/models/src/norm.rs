@@ -34,16 +34,21 @@ pub struct NormConfig {
 }
 
 impl NormConfig {
-    /// Checks that `d_model` is positive and `eps` finite and not negative.
+    /// Checks that `d_model` is positive and `eps` a positive number in f32's normal range.
+    ///
+    /// An `eps` of 0 makes the norm of a zero vector NaN (0 / 0): the attention output of a
+    /// query that sees no key (a left-padding token) is one, and its NaN would reach the real
+    /// tokens through the padding's keys and values (a masked key's weight is 0, and 0 * NaN is
+    /// NaN).
     pub fn validate(&self) -> Result<(), ModelError> {
         if self.d_model == 0 {
             return Err(ModelError::config("norm.d_model", 0, "must be at least 1"));
         }
-        if !(self.eps >= 0.0 && self.eps <= f64::from(f32::MAX)) {
+        if !positional::is_normal_f32(self.eps) {
             return Err(ModelError::config(
                 "norm.eps",
                 self.eps,
-                "must be 0 or positive, at most f32::MAX (3.4e38)",
+                "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
             ));
         }
         Ok(())

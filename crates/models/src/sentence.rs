@@ -1,11 +1,13 @@
 //! Sentence embeddings as sentence-transformers computes them (Reimers & Gurevych, 2019): a BERT
 //! encoder's last hidden state, mean-pooled over each text's tokens, L2-normalised when the
-//! model's `modules.json` ends in a `Normalize` module (all-MiniLM-L6-v2 does). Texts are
-//! tokenised by Hugging Face's `tokenizers` from the model's own `tokenizer.json`.
+//! model's `modules.json` has a `Normalize` module (all-MiniLM-L6-v2 does). A directory without
+//! `modules.json` is a plain checkpoint, which sentence-transformers embeds with mean pooling and
+//! no normalisation; so does this. Texts are tokenised by Hugging Face's `tokenizers` from the
+//! model's own `tokenizer.json`.
 
 use std::path::Path;
 
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -78,7 +80,9 @@ impl SentenceEmbedder {
                     "must be a list of modules",
                 ));
             }
-            None => true,
+            // sentence-transformers' modules for a plain checkpoint: the encoder and mean
+            // pooling, no `Normalize`.
+            None => false,
         };
         if let Some(pooling) = read_json("1_Pooling/config.json")? {
             for (mode, want) in [
@@ -159,6 +163,20 @@ impl SentenceEmbedder {
         &self.model
     }
 
+    /// Whether embeddings are L2-normalised: `modules.json` has a `Normalize` module.
+    pub fn normalizes(&self) -> bool {
+        self.normalize
+    }
+
+    /// How token states become one embedding, in words: `"mean pooling, L2-normalised"` or
+    /// `"mean pooling, not normalised"`.
+    pub fn pooling(&self) -> &'static str {
+        match self.normalize {
+            true => "mean pooling, L2-normalised",
+            false => "mean pooling, not normalised",
+        }
+    }
+
     /// Texts are truncated to this many tokens (special tokens included).
     pub fn max_length(&self) -> usize {
         self.max_length
@@ -197,6 +215,18 @@ impl SentenceEmbedder {
                 "must hold at least one token",
             ));
         }
+        let vocab_size = self.model.config().vocab_size;
+        for (row, text) in ids.iter().enumerate() {
+            if let Some(id) = text.iter().find(|&&id| id as usize >= vocab_size) {
+                // Checked here, before the ids become a tensor: past the backend's integer
+                // range (i32 on flex and WGPU) Burn panics while making it.
+                return Err(ModelError::input(
+                    "ids",
+                    format!("{id} (text {row})"),
+                    format!("token ids must lie in 0..vocab_size (0..{vocab_size})"),
+                ));
+            }
+        }
         let batch = ids.len();
         // Every row padded to the longest: a size the rows themselves need not reach.
         if let Some(why) = positional::unallocatable(&[batch, longest], 8, &device) {
@@ -209,7 +239,7 @@ impl SentenceEmbedder {
             flat.extend(std::iter::repeat_n(0, longest - row.len()));
             padding.extend((0..longest).map(|j| j >= row.len()));
         }
-        let tokens = Tensor::<2, Int>::from_data(TensorData::new(flat, [batch, longest]), &device);
+        let tokens = positional::try_ints("ids", flat, [batch, longest], &device)?;
         let padding =
             Tensor::<2, Bool>::from_data(TensorData::new(padding, [batch, longest]), &device);
         let hidden = self.model.try_forward(

@@ -6,7 +6,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
-use positional::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, unallocatable};
+use positional::{
+    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, device_ints, unallocatable,
+};
 
 use crate::block::{Block, BlockConfig};
 use crate::error::{ModelError, or_panic};
@@ -375,6 +377,7 @@ impl Transformer {
         inputs: ModelInputs,
         mut caches: Option<&mut [KvCache]>,
     ) -> Result<Tensor<3>, ModelError> {
+        let ids = device_ints("ids", ids)?;
         self.check_ids(&ids)?;
         let [batch, seq] = ids.dims();
         let logits = [batch, seq, self.config.vocab_size.max(self.config.d_model)];
@@ -387,6 +390,12 @@ impl Transformer {
             positions,
             token_types,
         } = inputs;
+        let positions = positions
+            .map(|positions| device_ints("positions", positions))
+            .transpose()?;
+        let token_types = token_types
+            .map(|types| device_ints("token_types", types))
+            .transpose()?;
         for (name, dims) in [
             (
                 "padding_mask.dims()",
@@ -405,16 +414,30 @@ impl Transformer {
                 ));
             }
         }
-        let past = caches
-            .as_ref()
-            .and_then(|caches| caches.first())
-            .map_or(0, KvCache::len);
+        let first_cache = caches.as_ref().and_then(|caches| caches.first());
+        let past = first_cache.map_or(0, KvCache::len);
+        // Positions that count real tokens continue from what each row of the cache has seen,
+        // so that a padded batch decoded step by step gets the positions of its whole pass.
+        let seen = first_cache.and_then(KvCache::unpadded_len);
+        if let Some(rows) = seen.as_ref().map(|seen| seen.dims()[0])
+            && rows != batch
+        {
+            return Err(ModelError::input(
+                "ids.dims()[0]",
+                batch,
+                format!("must equal the batch the caches were filled with ({rows})"),
+            ));
+        }
         let positions = match (positions, self.config.positions) {
             (Some(positions), _) => Some(positions),
-            (None, PositionIds::FromMask) => padding_mask
-                .as_ref()
-                .map(|mask| positions_from_mask(mask.clone())),
-            (None, PositionIds::Index) => None,
+            (None, PositionIds::FromMask) if padding_mask.is_some() || seen.is_some() => {
+                let mask = padding_mask
+                    .clone()
+                    .unwrap_or_else(|| Tensor::<2, Int>::zeros([batch, seq], &device).bool());
+                let seen = seen.unwrap_or_else(|| Tensor::full([batch], past as i64, &device));
+                Some(positions_after(mask, seen))
+            }
+            (None, _) => None,
         };
 
         let mut x = self.embedding.forward(ids);
@@ -490,10 +513,21 @@ pub fn positions_from_mask(padding_mask: Tensor<2, Bool>) -> Tensor<2, Int> {
         .clamp_min(0)
 }
 
+/// [`positions_from_mask`] of tokens that follow `seen` `[batch]` real tokens in each row:
+/// `seen + cumsum(!padding) - 1`, clamped at 0, which is what the whole sequence's mask gives
+/// them.
+fn positions_after(padding_mask: Tensor<2, Bool>, seen: Tensor<1, Int>) -> Tensor<2, Int> {
+    let [batch, _] = padding_mask.dims();
+    (padding_mask.bool_not().int().cumsum(1) + seen.reshape([batch, 1]))
+        .sub_scalar(1)
+        .clamp_min(0)
+}
+
 /// Token types must index the table: checked on the host (one read of a small tensor).
 fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, ModelError> {
-    let largest = types.clone().max().into_scalar::<i64>();
-    let smallest = types.clone().min().into_scalar::<i64>();
+    let [(smallest, largest)] = positional::int_extremes("token_types", &[&types])?[..] else {
+        unreachable!("one tensor gives one pair")
+    };
     if smallest < 0 || largest >= rows as i64 {
         return Err(ModelError::input(
             "token_types",

@@ -4,8 +4,11 @@
 //! stored in another dtype, reshaped, cut short, renamed, dropped or doubled. Every load must be
 //! an error naming a field or input (the messages quote it in backticks), or a model whose
 //! logits are finite and equal to its reference: the same tokens one at a time through the
-//! cache for a causal model whose frequencies do not change with the length, and for a checkpoint whose only change is a float dtype, the
-//! original checkpoint with its weights rounded the same way. A panic or an abort fails the test.
+//! cache for a causal model whose frequencies do not change with the length (a left-padded batch
+//! too, each step with its own padding mask), and for a checkpoint whose only change is a float
+//! dtype, the original checkpoint with its weights rounded the same way. Checkpoints split into
+//! shards, faithfully or with a tensor doubled or misplaced, and ids, positions and token types
+//! at the edges of i32 and i64 go the same way. A panic or an abort fails the test.
 //!
 //! The reference checkpoints are the repository's (`crates/conformance/models`).
 
@@ -16,7 +19,7 @@ use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_lea
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData, bf16, f16};
 use models::{ModelInputs, Transformer, architecture, from_checkpoint, from_pretrained};
 use positional::RopeScaling;
-use positional::testing::{floats, for_each_backend, names_a_field, proptest_config};
+use positional::testing::{edge_integer, floats, for_each_backend, names_a_field, proptest_config};
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Map, Value, json};
@@ -228,8 +231,75 @@ fn logits_or_named_error(
             close(&stepped, &whole, 1e-4),
             "the cache's logits differ from the whole sequence's"
         );
+        padded_steps_equal_the_whole_pass(model, &tokens, device)?;
     }
     Ok(Some(whole))
+}
+
+/// A left-padded batch (row 0 padded by 2, row 1 not) through the cache, a prompt of 3 then one
+/// token a step with each step's own padding mask and no positions, gives the whole padded
+/// pass's logits at every real token: positions derived from the masks continue, per row, from
+/// the tokens the cache has seen.
+fn padded_steps_equal_the_whole_pass(
+    model: &Transformer,
+    tokens: &[i64],
+    device: &Device,
+) -> Result<(), TestCaseError> {
+    let seq = tokens.len();
+    let padded = 2;
+    // The same tokens in both rows; row 0's first two are padding.
+    let rows: Vec<i64> = tokens.iter().chain(tokens).copied().collect();
+    let mask: Vec<bool> = (0..2 * seq).map(|i| i < padded).collect();
+    let ids_of = |range: std::ops::Range<usize>| {
+        let picked: Vec<i64> = [0, seq]
+            .iter()
+            .flat_map(|row| rows[row + range.start..row + range.end].to_vec())
+            .collect();
+        Tensor::<2, Int>::from_data(TensorData::new(picked, [2, range.len()]), device)
+    };
+    let mask_of = |range: std::ops::Range<usize>| {
+        let picked: Vec<bool> = [0, seq]
+            .iter()
+            .flat_map(|row| mask[row + range.start..row + range.end].to_vec())
+            .collect();
+        Tensor::<2, burn::tensor::Bool>::from_data(
+            TensorData::new(picked, [2, range.len()]),
+            device,
+        )
+    };
+    let whole = model
+        .try_forward(
+            ids_of(0..seq),
+            ModelInputs::new().with_padding_mask(mask_of(0..seq)),
+        )
+        .map_err(|e| TestCaseError::fail(format!("padded whole pass: {e}")))?;
+    let vocab = whole.dims()[2];
+    let whole = floats(&whole.into_data());
+    let mut caches = model.new_caches();
+    let mut stepped = [Vec::new(), Vec::new()];
+    for range in [0..3, 3..4, 4..5, 5..seq] {
+        let step = model
+            .try_forward_cached(
+                ids_of(range.clone()),
+                ModelInputs::new().with_padding_mask(mask_of(range.clone())),
+                &mut caches,
+            )
+            .map_err(|e| TestCaseError::fail(format!("padded cached step: {e}")))?;
+        let step = floats(&step.into_data());
+        let half = step.len() / 2;
+        stepped[0].extend_from_slice(&step[..half]);
+        stepped[1].extend_from_slice(&step[half..]);
+    }
+    for (row, stepped) in stepped.iter().enumerate() {
+        let first_real = if row == 0 { padded } else { 0 };
+        let at = |logits: &[f32]| logits[first_real * vocab..].to_vec();
+        let want = &whole[row * seq * vocab..(row + 1) * seq * vocab];
+        prop_assert!(
+            close(&at(stepped), &at(want), 1e-4),
+            "row {row} of a left-padded batch: the cache's logits differ from the whole pass's"
+        );
+    }
+    Ok(())
 }
 
 /// Whether the family's checkpoint loaded under `json` and gave logits; an error for anything
@@ -458,3 +528,141 @@ fn edited_checkpoints_answer_or_name_the_tensor(device: &Device) {
     some_loaded("edited checkpoint", ran.get());
 }
 for_each_backend!(edited_checkpoints_answer_or_name_the_tensor);
+
+/// How a checkpoint is split into two shards.
+#[derive(Debug, Clone)]
+enum ShardEdit {
+    /// As `save_pretrained` writes them.
+    Faithful,
+    /// One tensor also stored, with other values, in the other shard.
+    Duplicated,
+    /// The index maps one tensor to the shard that does not hold it.
+    Mislabelled,
+}
+
+/// Checkpoints split into two shards with `model.safetensors.index.json`: a faithful split gives
+/// the single file's logits; a tensor in both shards, or one the index places in the wrong
+/// shard, is an error naming it (never the weights of whichever shard was read last).
+fn sharded_checkpoints_load_or_name_the_tensor(device: &Device) {
+    let dir = scratch(device).join("sharded");
+    std::fs::create_dir_all(&dir).unwrap();
+    let strategy = (
+        0..FAMILIES.len(),
+        any::<usize>(),
+        any::<usize>(),
+        select(vec![
+            ShardEdit::Faithful,
+            ShardEdit::Duplicated,
+            ShardEdit::Mislabelled,
+        ]),
+    );
+    let ran = std::cell::Cell::new(0);
+    proptest!(cases(), |((family, split, picked, edit) in strategy)| {
+        let family = FAMILIES[family];
+        std::fs::copy(checkpoint(family).join("config.json"), dir.join("config.json")).unwrap();
+        let tensors = read_safetensors(&checkpoint(family).join("model.safetensors"));
+        let split = 1 + split % (tensors.len() - 1);
+        let (mut first, mut second) = (tensors[..split].to_vec(), tensors[split..].to_vec());
+        let files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"];
+        let mut weight_map: Map<String, Value> = Map::new();
+        for (tensors, file) in [(&first, files[0]), (&second, files[1])] {
+            for tensor in tensors {
+                weight_map.insert(tensor.0.clone(), json!(file));
+            }
+        }
+        let victim = tensors[picked % tensors.len()].0.clone();
+        match edit {
+            ShardEdit::Faithful => {}
+            ShardEdit::Duplicated => {
+                let in_first = first.iter().any(|t| t.0 == victim);
+                let (from, to) = if in_first { (&first, &mut second) } else { (&second, &mut first) };
+                let mut copy = from.iter().find(|t| t.0 == victim).unwrap().clone();
+                copy.3.iter_mut().for_each(|byte| *byte = byte.wrapping_add(1));
+                to.push(copy);
+            }
+            ShardEdit::Mislabelled => {
+                let holder = weight_map[&victim].as_str().unwrap();
+                let other = if holder == files[0] { files[1] } else { files[0] };
+                weight_map.insert(victim.clone(), json!(other));
+            }
+        }
+        write_safetensors(&dir.join(files[0]), &first);
+        write_safetensors(&dir.join(files[1]), &second);
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            json!({"metadata": {}, "weight_map": weight_map}).to_string(),
+        )
+        .unwrap();
+        match (edit, from_pretrained(&dir, device)) {
+            (ShardEdit::Faithful, Ok(sharded)) => {
+                ran.set(ran.get() + 1);
+                let single = from_pretrained(checkpoint(family), device).unwrap();
+                let tokens = ids(&[1, 2, 3], device);
+                let got = floats(&sharded.forward(tokens.clone(), ModelInputs::new()).into_data());
+                let want = floats(&single.forward(tokens, ModelInputs::new()).into_data());
+                prop_assert!(close(&got, &want, 1e-6), "the shards gave other logits");
+            }
+            (ShardEdit::Faithful, Err(error)) => {
+                prop_assert!(false, "a faithful split failed to load: {error}");
+            }
+            (_, Ok(_)) => prop_assert!(false, "{victim} loaded from a broken index"),
+            (_, Err(error)) => {
+                let error = error.to_string();
+                prop_assert!(names_a_field(&error) && error.contains(&victim), "{error}");
+            }
+        }
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+    some_loaded("sharded checkpoint", ran.get());
+}
+for_each_backend!(sharded_checkpoints_load_or_name_the_tensor);
+
+/// Ids, positions and token types at the edges of the backends' integer types (i32 on flex and
+/// WGPU, i64 on ndarray and LibTorch), made in the device's type with `try_ints` (which names
+/// a value the type cannot hold, where Burn's `from_data` panics) or as i64 tensors whatever
+/// the device holds: every model answers with finite logits or names the input.
+fn integer_inputs_answer_or_name_the_input(device: &Device) {
+    let strategy = (0..FAMILIES.len(), edge_integer(), 0usize..3, any::<bool>());
+    let ran = std::cell::Cell::new(0);
+    proptest!(cases(), |((family, value, input, as_i64) in strategy)| {
+        let family = FAMILIES[family];
+        let model = from_pretrained(checkpoint(family), device).unwrap();
+        let mut values = [[1i64, 2, 3], [0, 1, 2], [0, 0, 1]];
+        values[input][1] = value;
+        let make = |values: &[i64; 3]| -> Result<Tensor<2, Int>, positional::PositionalError> {
+            match as_i64 {
+                true => Ok(Tensor::from_data(
+                    TensorData::new(values.to_vec(), [1, 3]),
+                    (device, burn::tensor::DType::I64),
+                )),
+                false => positional::try_ints("values", values.to_vec(), [1, 3], device),
+            }
+        };
+        let tensors = match values.iter().map(make).collect::<Result<Vec<_>, _>>() {
+            Ok(tensors) => tensors,
+            Err(error) => {
+                let (min, max) = positional::int_dtype_range(device.settings().int_dtype);
+                prop_assert!(!as_i64 && !(min..=max).contains(&value), "{error}");
+                prop_assert!(error.to_string().contains(&format!("`values` = {value}")), "{error}");
+                return Ok(());
+            }
+        };
+        let [ids, positions, types]: [Tensor<2, Int>; 3] = tensors.try_into().unwrap();
+        let mut inputs = ModelInputs::new();
+        if input == 1 || value == 0 {
+            inputs = inputs.with_positions(positions);
+        }
+        if input == 2 && model.token_types.is_some() {
+            inputs = inputs.with_token_types(types);
+        }
+        match model.try_forward(ids, inputs) {
+            Ok(logits) => {
+                ran.set(ran.get() + 1);
+                prop_assert!(floats(&logits.into_data()).iter().all(|v| v.is_finite()));
+            }
+            Err(error) => prop_assert!(names_a_field(&error), "{family}: {error}"),
+        }
+    });
+    some_loaded("integer input", ran.get());
+}
+for_each_backend!(integer_inputs_answer_or_name_the_input);

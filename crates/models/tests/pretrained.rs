@@ -312,3 +312,222 @@ fn records_round_trip(device: &Device) {
     }
 }
 for_each_backend!(records_round_trip);
+
+/// Config fields of the wrong length or type that used to be read as something else: Gemma 2's
+/// `layer_types` with an entry per layer too many (ignored), Gemma 3's per-type
+/// `rope_parameters` with a number for a layer type (read as a shared dict of defaults, wrong
+/// logits), and a `num_hidden_layers` far past the layers the file holds (built them all before
+/// the first missing tensor, or aborted).
+fn config_fields_of_the_wrong_length_or_type_are_named(device: &Device) {
+    let dir = scratch_copy("gemma2", "layer-types");
+    for types in [
+        vec!["sliding_attention", "full_attention", "sliding_attention"],
+        vec!["sliding_attention"],
+    ] {
+        edit_config(&dir, |c| {
+            c.insert("layer_types".into(), types.clone().into());
+        });
+        let err = error_of(&dir, device);
+        assert!(
+            err.contains(&format!("`layer_types` = {}", types.len()))
+                && err.contains("one type per layer (num_hidden_layers = 2)"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch_copy("gemma3", "rope-types");
+    for (layer_type, value) in [
+        ("full_attention", Value::from(5)),
+        ("sliding_attention", Value::from("x")),
+    ] {
+        std::fs::copy(
+            checkpoint("gemma3").join("config.json"),
+            dir.join("config.json"),
+        )
+        .unwrap();
+        edit_config(&dir, |c| {
+            c["rope_parameters"][layer_type] = value.clone();
+        });
+        let err = error_of(&dir, device);
+        assert!(
+            err.contains("`rope_parameters`")
+                && err.contains("must hold an object for each layer type"),
+            "{err}"
+        );
+    }
+    // The same with the other entry gone: the dict is no longer nested at all.
+    edit_config(&dir, |c| {
+        c["rope_parameters"] = serde_json::json!({"full_attention": 5, "rope_theta": 10000.0});
+    });
+    let err = error_of(&dir, device);
+    assert!(err.contains("\\\"full_attention\\\": 5"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let dir = scratch_copy("llama3", "layers");
+    for layers in [3u64, 10_000_000, 1 << 40] {
+        edit_config(&dir, |c| {
+            c.insert("num_hidden_layers".into(), layers.into());
+        });
+        let err = error_of(&dir, device);
+        assert!(
+            err.contains(&format!("`num_hidden_layers` = {layers}"))
+                && err.contains("holds the attention of 2 layers"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+for_each_backend!(config_fields_of_the_wrong_length_or_type_are_named);
+
+/// A left-padded batch decoded step by step, each step with its own padding mask and no
+/// positions, gives the logits of the whole padded pass: the positions the model derives from
+/// the masks continue from what each row of the cache has seen (they restarted at 0 per step,
+/// 1.4 off in llama3's logits). The same when later steps pass no mask at all, and after a
+/// truncation.
+fn padded_batches_decode_step_by_step_as_a_whole(device: &Device) {
+    for family in ["llama3", "gpt2", "bloom", "mistral"] {
+        let model = from_pretrained(checkpoint(family), device).unwrap();
+        let tokens: [i64; 12] = [5, 9, 3, 7, 11, 2, 4, 6, 8, 1, 10, 12];
+        let (batch, seq, padded) = (2, 6, 3);
+        let ids =
+            Tensor::<2, Int>::from_data(TensorData::new(tokens.to_vec(), [batch, seq]), device);
+        let mask: Vec<bool> = (0..batch * seq).map(|i| i < padded).collect();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [batch, seq]), device);
+        let whole = model.forward(
+            ids.clone(),
+            ModelInputs::new().with_padding_mask(mask.clone()),
+        );
+        let vocab = whole.dims()[2];
+        // Row 0's real tokens and all of row 1's.
+        let real = |logits: Tensor<3>| {
+            let row = |r: usize, from: usize| {
+                floats(
+                    &logits
+                        .clone()
+                        .narrow(0, r, 1)
+                        .narrow(1, from, seq - from)
+                        .into_data(),
+                )
+            };
+            [row(0, padded), row(1, 0)].concat()
+        };
+        for masked_steps in [true, false] {
+            let mut caches = model.new_caches();
+            let mut steps = Vec::new();
+            for (start, len) in [(0, 4), (4, 1), (5, 1)] {
+                let mut inputs = ModelInputs::new();
+                if start == 0 || masked_steps {
+                    inputs = inputs.with_padding_mask(mask.clone().narrow(1, start, len));
+                }
+                let step = model
+                    .try_forward_cached(ids.clone().narrow(1, start, len), inputs, &mut caches)
+                    .unwrap();
+                steps.push(step);
+            }
+            let stepped = Tensor::cat(steps, 1);
+            let got = real(stepped);
+            assert_close(
+                &TensorData::new(got.clone(), [got.len()]),
+                &real(whole.clone()),
+                1e-4,
+            );
+            // Truncated back to the prompt, the next steps continue from it again.
+            for cache in &mut caches {
+                cache.truncate(4);
+            }
+            let step = model
+                .try_forward_cached(ids.clone().narrow(1, 4, 2), ModelInputs::new(), &mut caches)
+                .unwrap();
+            let want = floats(&whole.clone().narrow(1, 4, 2).into_data());
+            assert_close(&step.into_data(), &want, 1e-4);
+        }
+        assert!(vocab > 0, "{family}");
+    }
+}
+for_each_backend!(padded_batches_decode_step_by_step_as_a_whole);
+
+/// A directory without `modules.json` is a plain checkpoint: sentence-transformers embeds it with
+/// mean pooling and no normalisation, and so does `SentenceEmbedder` (it normalised). With a
+/// `Normalize` module the embeddings have unit length.
+fn sentence_embeddings_follow_the_modules_or_their_default(device: &Device) {
+    let dir = scratch_copy("bert", "sentence");
+    // A word-level tokenizer over the checkpoint's 96 ids: `[CLS]` 1, `[SEP]` 2, `w3` .. `w95`.
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("[PAD]".into(), 0.into());
+    vocab.insert("[CLS]".into(), 1.into());
+    vocab.insert("[SEP]".into(), 2.into());
+    vocab.insert("[UNK]".into(), 3.into());
+    for id in 4..96 {
+        vocab.insert(format!("w{id}"), id.into());
+    }
+    let tokenizer = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {
+                "[CLS]": {"id": "[CLS]", "ids": [1], "tokens": ["[CLS]"]},
+                "[SEP]": {"id": "[SEP]", "ids": [2], "tokens": ["[SEP]"]}
+            }
+        },
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let texts = ["w5 w9 w17", "w40 w41", "w90"];
+    let norms = |embeddings: Tensor<2>| -> Vec<f32> {
+        floats(&embeddings.powi_scalar(2).sum_dim(1).sqrt().into_data())
+    };
+
+    let plain = models::SentenceEmbedder::from_pretrained(&dir, device).unwrap();
+    assert!(!plain.normalizes());
+    assert_eq!(plain.pooling(), "mean pooling, not normalised");
+    let embeddings = plain.try_embed(&texts).unwrap();
+    // Mean pooling of the encoder's states, by hand.
+    let ids = plain.tokenize(texts[0]).unwrap();
+    assert_eq!(ids, vec![1, 5, 9, 17, 2]);
+    let hidden = plain.model().forward(
+        Tensor::<2, Int>::from_data(
+            TensorData::new(ids.iter().map(|&i| i as i64).collect::<Vec<_>>(), [1, 5]),
+            device,
+        ),
+        ModelInputs::new(),
+    );
+    let mean = hidden.mean_dim(1).reshape([1, 64]);
+    assert_close(
+        &embeddings.clone().narrow(0, 0, 1).into_data(),
+        &floats(&mean.into_data()),
+        1e-5,
+    );
+    assert!(norms(embeddings).iter().any(|n| (n - 1.0).abs() > 1e-3));
+
+    std::fs::write(
+        dir.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]"#,
+    )
+    .unwrap();
+    let normalised = models::SentenceEmbedder::from_pretrained(&dir, device).unwrap();
+    assert_eq!(normalised.pooling(), "mean pooling, L2-normalised");
+    for norm in norms(normalised.try_embed(&texts).unwrap()) {
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    // Ids past the vocabulary (u32::MAX is past i32, flex's integer type) are a named error.
+    for id in [96u32, i32::MAX as u32 + 1, u32::MAX] {
+        let err = normalised
+            .try_embed_ids(&[vec![1, id, 2]])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("`ids` = \"{id} (text 0)\"")), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+for_each_backend!(sentence_embeddings_follow_the_modules_or_their_default);

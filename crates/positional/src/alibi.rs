@@ -9,6 +9,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{PositionalError, check_f32_size, or_panic, unallocatable_on_host};
+use crate::ints::{device_ints, int_dtype_range, int_extremes};
 
 /// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
 /// which the distances are multiplied by the slopes.
@@ -207,6 +208,25 @@ impl Alibi {
             &[batch, self.config.n_heads, q_len, k_len],
             &self.slopes.device(),
         )?;
+        let query_positions = device_ints("query_positions", query_positions)?;
+        let key_positions = device_ints("key_positions", key_positions)?;
+        // The distances are differences in the positions' own integer type: one whose spread
+        // does not fit there would wrap (i64::MIN against i64::MAX), silently.
+        let extremes = int_extremes("positions", &[&query_positions, &key_positions])?;
+        let [(q_min, q_max), (k_min, k_max)] = [extremes[0], extremes[1]];
+        let spread =
+            (i128::from(q_max) - i128::from(k_min)).max(i128::from(k_max) - i128::from(q_min));
+        let largest = int_dtype_range(query_positions.dtype().into()).1;
+        if spread > i128::from(largest) {
+            return Err(PositionalError::input(
+                "positions",
+                format!("queries {q_min}..={q_max}, keys {k_min}..={k_max}"),
+                format!(
+                    "a query and a key must lie at most {largest} apart (the distances are \
+                     differences in the positions' integer type)"
+                ),
+            ));
+        }
         let distance = (query_positions.reshape([batch, 1, q_len, 1])
             - key_positions.reshape([batch, 1, 1, k_len]))
         .abs()
@@ -374,4 +394,40 @@ mod tests {
         });
     }
     for_each_backend!(bias_falls_with_distance);
+
+    /// Distances are differences in the positions' integer type (i32 on flex and WGPU, i64 on
+    /// ndarray and LibTorch): positions further apart than that type holds would wrap (i64::MIN
+    /// against i64::MAX gave a bias of the wrong size on ndarray and LibTorch), and are an error
+    /// naming them; the widest spread that fits gives its bias.
+    fn alibi_distances_that_wrap_are_errors(device: &Device) {
+        let alibi = AlibiConfig::new(2).init(device);
+        let largest = crate::int_max(device);
+        let at =
+            |value: i64| Tensor::<2, Int>::from_data(TensorData::new(vec![value], [1, 1]), device);
+        for (query, key) in [
+            (largest, -largest - 1),
+            (-largest - 1, largest),
+            (largest, -2),
+        ] {
+            let err = alibi
+                .try_bias_at(at(query), at(key))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!(
+                    "`positions` = \"queries {query}..={query}, keys {key}..={key}\""
+                )) && err.contains(&format!("at most {largest} apart")),
+                "{err}"
+            );
+        }
+        for (query, key) in [(largest, 0), (0, largest), (-largest, 0)] {
+            let bias = alibi.try_bias_at(at(query), at(key)).unwrap();
+            let want: Vec<f32> = alibi_slopes(2, 8.0)
+                .iter()
+                .map(|slope| (-slope * largest as f64) as f32)
+                .collect();
+            assert_close(&bias.into_data(), &want, 1e-6 * largest as f32);
+        }
+    }
+    for_each_backend!(alibi_distances_that_wrap_are_errors);
 }

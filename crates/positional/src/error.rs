@@ -98,6 +98,33 @@ pub(crate) fn check_rows_and_dtype(
     Ok(())
 }
 
+/// The largest position a module computes an encoding for: every integer up to 2^53 is exact in
+/// f64, in which sinusoids and RoPE angles are computed (`position * inv_freq`); past it
+/// positions round to their neighbours (2^53 + 1 would get 2^53's encoding).
+pub(crate) const MAX_POSITION: u64 = 1 << 53;
+
+/// The end of positions `offset .. offset + seq`, or an error naming `input` (which gave
+/// `offset`) when a position would pass [`MAX_POSITION`] (or the end overflow).
+pub(crate) fn position_range_end(
+    input: &'static str,
+    offset: usize,
+    seq: usize,
+) -> Result<usize, PositionalError> {
+    offset
+        .checked_add(seq)
+        .filter(|&end| end as u64 <= MAX_POSITION + 1)
+        .ok_or_else(|| {
+            PositionalError::input(
+                input,
+                offset,
+                format!(
+                    "+ seq ({seq}) must be at most 2^53 + 1: positions are computed exactly in \
+                     f64 up to 2^53"
+                ),
+            )
+        })
+}
+
 /// Sizes below this are taken as allocatable without asking: a failure there is the machine
 /// running out of memory altogether, which no check made here could foresee.
 const PROBED_FROM_BYTES: usize = 64 << 20;

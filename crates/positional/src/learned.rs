@@ -171,8 +171,11 @@ impl LearnedPositionalEmbedding {
         if seq == 0 {
             return Ok(x);
         }
-        let smallest = positions.clone().min().into_scalar::<i64>();
-        let largest = positions.clone().max().into_scalar::<i64>();
+        let positions = crate::ints::device_ints("positions", positions)?;
+        let [(smallest, largest)] = crate::ints::int_extremes("positions", &[&positions])?[..]
+        else {
+            unreachable!("one tensor gives one pair")
+        };
         if smallest < 0 || largest >= max_sequence_length as i64 {
             return Err(PositionalError::input(
                 "positions",

@@ -248,7 +248,10 @@ impl RelativePositionBias {
         let rows = |positions: Tensor<2, Int>| -> Result<Vec<Vec<i64>>, PositionalError> {
             let [batch, len] = positions.dims();
             let values = positions
-                .into_data()
+                .try_into_data()
+                .map_err(|e| {
+                    PositionalError::input("positions", format!("{e:?}"), "must be readable")
+                })?
                 .convert::<i64>()
                 .try_into_vec::<i64>()
                 .map_err(|e| {

@@ -9,7 +9,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic, unallocatable, unallocatable_on_host};
+use crate::error::{
+    PositionalError, or_panic, position_range_end, unallocatable, unallocatable_on_host,
+};
 
 /// How sines and cosines are arranged along the feature axis.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -134,9 +136,7 @@ impl SinusoidalEncoding {
             ));
         }
         crate::error::check_rows_and_dtype(batch, x.dtype(), self.table.dtype())?;
-        let end = offset.checked_add(seq).ok_or_else(|| {
-            PositionalError::input("offset", offset, format!("+ seq ({seq}) overflows usize"))
-        })?;
+        let end = position_range_end("offset", offset, seq)?;
         if seq == 0 {
             return Ok(x);
         }
@@ -156,8 +156,12 @@ impl SinusoidalEncoding {
     /// The encodings of `positions`, `[positions.len(), d_model]`, on this module's device.
     ///
     /// Rows inside the precomputed table are sliced from it; any other range is computed in f64 on
-    /// the host, so positions are unbounded; a range whose rows cannot be allocated is an error.
+    /// the host, up to position 2^53 (past it, f64 cannot tell positions apart). A range past
+    /// that, or whose rows cannot be allocated, is an error.
     pub fn try_table(&self, positions: Range<usize>) -> Result<Tensor<2>, PositionalError> {
+        if positions.end > 0 {
+            position_range_end("positions.start", positions.start, positions.len())?;
+        }
         let rows = [positions.len(), self.config.d_model];
         if let Some(why) = rows_unallocatable(rows, &self.table.device()) {
             return Err(PositionalError::input("positions", positions, why));
@@ -332,11 +336,29 @@ mod tests {
             .try_forward(Tensor::zeros([1, 2, 6], device), 0)
             .unwrap_err();
         assert!(err.to_string().contains("must equal d_model (8)"), "{err}");
-        // An offset whose end overflows, an empty batch, another float type: named errors.
+        // An offset whose end overflows or passes 2^53 (where f64 gives 2^53 + 1 the row of
+        // 2^53), an empty batch, another float type: named errors.
+        for offset in [usize::MAX - 1, (1 << 53) + 1, 1 << 53] {
+            let err = encoding
+                .try_forward(Tensor::zeros([1, 2, 8], device), offset)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("`offset` = {offset}")) && err.contains("2^53"),
+                "{err}"
+            );
+        }
+        // The last position f64 tells apart is accepted.
+        let last = encoding.try_forward(Tensor::zeros([1, 1, 8], device), 1 << 53);
+        assert!(last.is_ok());
         let err = encoding
-            .try_forward(Tensor::zeros([1, 2, 8], device), usize::MAX - 1)
-            .unwrap_err();
-        assert!(err.to_string().contains("overflows usize"), "{err}");
+            .try_table((1 << 53) - 1..(1 << 53) + 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`positions.start` = 9007199254740991"),
+            "{err}"
+        );
         let err = encoding
             .try_forward(Tensor::zeros([0, 2, 8], device), 0)
             .unwrap_err();

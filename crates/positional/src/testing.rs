@@ -80,6 +80,28 @@ pub fn proptest_config(default_cases: u32) -> proptest::test_runner::Config {
     }
 }
 
+/// Whole numbers at the edges of the backends' integer types (i32 on flex and WGPU, i64 on
+/// ndarray and LibTorch), as ids and positions: small ones, each side of i32's ends, u32's end,
+/// past it, f64's last exact integer and one past, and i64's ends.
+pub fn edge_integer() -> impl proptest::strategy::Strategy<Value = i64> {
+    proptest::sample::select(vec![
+        0i64,
+        1,
+        5,
+        -1,
+        i32::MAX as i64,
+        i32::MAX as i64 + 1,
+        i32::MIN as i64,
+        u32::MAX as i64,
+        (1 << 32) + 5,
+        1 << 40,
+        (1 << 53) + 1,
+        1 << 60,
+        i64::MIN,
+        i64::MAX,
+    ])
+}
+
 /// `len` values that differ everywhere, so that a value read from the wrong place shows.
 pub fn varied(len: usize, seed: f32) -> Vec<f32> {
     (0..len).map(|i| (i as f32 * 0.37 + seed).sin()).collect()

@@ -75,9 +75,10 @@ fn main() -> anyhow::Result<()> {
         .max()
         .unwrap_or(0);
     println!(
-        "cosine similarity ({} texts, {} dimensions, {}):",
+        "cosine similarity ({} texts, {} dimensions, {}, {}):",
         rows.len(),
         rows[0].len(),
+        embedder.pooling(),
         args.device
     );
     print!("{:w$}", "", w = width + 4);

@@ -52,13 +52,13 @@ impl Checkpoint {
         } else {
             path.to_owned()
         };
-        let files = if path.extension().is_some_and(|e| e == "json") {
+        let (files, weight_map) = if path.extension().is_some_and(|e| e == "json") {
             shard_files(&path)?
         } else {
-            vec![path.clone()]
+            (vec![path.clone()], BTreeMap::new())
         };
         let mut shards = Vec::new();
-        let mut index = BTreeMap::new();
+        let mut index: BTreeMap<String, (usize, Vec<usize>)> = BTreeMap::new();
         for (shard, file) in files.iter().enumerate() {
             let mut store = SafetensorsStore::from_file(file);
             let tensors = store.get_all_tensors().map_err(|e| {
@@ -69,9 +69,40 @@ impl Checkpoint {
                 )
             })?;
             for (name, tensor) in tensors {
+                // Two shards holding one name would leave the loaded weights to the order the
+                // shards were read in.
+                if let Some((first, _)) = index.get(name.as_str()) {
+                    return Err(AttentionError::input(
+                        "checkpoint",
+                        name,
+                        format!(
+                            "is stored in two shards ({} and {}); a tensor must be in one",
+                            files[*first].display(),
+                            file.display()
+                        ),
+                    ));
+                }
                 index.insert(name.clone(), (shard, tensor.shape.to_vec()));
             }
             shards.push(store);
+        }
+        // The index must say where each of its tensors is.
+        for (name, named_file) in &weight_map {
+            let found = index.get(name).map(|(shard, _)| &files[*shard]);
+            if found != Some(named_file) {
+                return Err(AttentionError::input(
+                    "checkpoint",
+                    name,
+                    format!(
+                        "is mapped to {} by the index's `weight_map`, but {}",
+                        named_file.display(),
+                        match found {
+                            Some(file) => format!("is stored in {}", file.display()),
+                            None => "no shard holds it".to_owned(),
+                        }
+                    ),
+                ));
+            }
         }
         Ok(Self {
             path,
@@ -174,8 +205,9 @@ impl Checkpoint {
     }
 }
 
-/// The shard files of a `model.safetensors.index.json` (its `weight_map` values), in order.
-fn shard_files(index: &Path) -> Result<Vec<PathBuf>, AttentionError> {
+/// The shard files of a `model.safetensors.index.json` (its `weight_map` values), in order, and
+/// the file the map names for each tensor.
+fn shard_files(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), AttentionError> {
     let error = |what: String| AttentionError::input("path", index, what);
     let text = std::fs::read_to_string(index).map_err(|e| error(format!("cannot be read: {e}")))?;
     let json: serde_json::Value =
@@ -184,15 +216,18 @@ fn shard_files(index: &Path) -> Result<Vec<PathBuf>, AttentionError> {
         .get("weight_map")
         .and_then(serde_json::Value::as_object)
         .ok_or_else(|| error("has no `weight_map` object".into()))?;
-    let mut files: Vec<String> = Vec::new();
-    for file in map.values() {
+    let dir = index.parent().unwrap_or(Path::new("."));
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut weight_map = BTreeMap::new();
+    for (name, file) in map {
         let file = file
             .as_str()
             .ok_or_else(|| error(format!("`weight_map` holds {file}, not a file name")))?;
-        if !files.iter().any(|f| f == file) {
-            files.push(file.to_owned());
+        let file = dir.join(file);
+        if !files.contains(&file) {
+            files.push(file.clone());
         }
+        weight_map.insert(name.clone(), file);
     }
-    let dir = index.parent().unwrap_or(Path::new("."));
-    Ok(files.into_iter().map(|file| dir.join(file)).collect())
+    Ok((files, weight_map))
 }

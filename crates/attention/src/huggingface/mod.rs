@@ -360,24 +360,37 @@ impl HuggingFaceConfig {
         }
     }
 
-    /// `layer_types`, when the config has it.
+    /// `layer_types`, when the config has it: one name per layer.
     fn layer_types(&self) -> Result<Option<Vec<String>>, AttentionError> {
-        match self.json.get("layer_types") {
-            None | Some(Value::Null) => Ok(None),
+        let types = match self.json.get("layer_types") {
+            None | Some(Value::Null) => return Ok(None),
             Some(Value::Array(types)) => types
                 .iter()
                 .map(|t| t.as_str().map(str::to_owned))
                 .collect::<Option<Vec<_>>>()
-                .map(Some)
                 .ok_or_else(|| {
                     AttentionError::config("layer_types", types, "must be a list of strings")
-                }),
-            Some(other) => Err(AttentionError::config(
+                })?,
+            Some(other) => {
+                return Err(AttentionError::config(
+                    "layer_types",
+                    other,
+                    "must be a list of strings",
+                ));
+            }
+        };
+        // transformers refuses a list of another length (`layer_types` is validated against
+        // `num_hidden_layers`): extra entries would be ignored here, and missing ones fail only
+        // at the layer that lacks one.
+        let layers = self.num_layers()?;
+        if types.len() != layers {
+            return Err(AttentionError::config(
                 "layer_types",
-                other,
-                "must be a list of strings",
-            )),
+                types.len(),
+                format!("must name one type per layer (num_hidden_layers = {layers})"),
+            ));
         }
+        Ok(Some(types))
     }
 
     /// The RoPE settings of layer `layer` (its layer type's, when `rope_parameters` are per type).
@@ -499,6 +512,30 @@ pub fn load_layer_from(
         .expect("from_json accepts only families with names");
     let names = family_names_in(&family, checkpoint, layer, config.model_type())?;
     load_layer_with(&names, attention_config, checkpoint, layer, device)
+}
+
+/// An error naming `num_hidden_layers` unless the checkpoint holds the attention of every layer
+/// `config` counts. A model checks this before it builds its layers: a count far past the
+/// file's (10^7 layers for a file of 2) would otherwise build millions of layers, or exhaust
+/// memory, before the first missing tensor is found.
+pub fn check_layer_count(
+    config: &HuggingFaceConfig,
+    checkpoint: &Checkpoint,
+) -> Result<(), AttentionError> {
+    let layers = config.num_layers()?;
+    let family = AttentionNames::of_family(config.model_type())
+        .expect("from_json accepts only families with names");
+    let has_layer =
+        |layer: usize| family_names_in(&family, checkpoint, layer, config.model_type()).is_ok();
+    if layers == 0 || has_layer(layers - 1) {
+        return Ok(());
+    }
+    let present = (0..layers).take_while(|&layer| has_layer(layer)).count();
+    Err(AttentionError::config(
+        "num_hidden_layers",
+        layers,
+        format!("the checkpoint holds the attention of {present} layers"),
+    ))
 }
 
 /// T5's relative position bias of a checkpoint: layer 0's table, which every layer adds.

@@ -18,7 +18,7 @@ mod t5;
 
 use std::path::Path;
 
-use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer_from};
+use attention::huggingface::{Checkpoint, HuggingFaceConfig, check_layer_count, load_layer_from};
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::tensor::{Device, FloatDType, Tensor};
@@ -107,6 +107,7 @@ pub fn from_checkpoint(
     checkpoint: &mut Checkpoint,
     device: &Device,
 ) -> Result<Transformer, ModelError> {
+    check_layer_count(config, checkpoint)?;
     let (architecture, names) = family(config)?;
     Loader::new(checkpoint, &names, device)?.load(config, architecture, &names)
 }

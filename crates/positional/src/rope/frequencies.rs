@@ -122,18 +122,30 @@ impl RopeFrequencies {
                 ),
             ));
         }
-        if !(self.attention_scaling.is_finite() && self.attention_scaling > 0.0) {
+        if !is_attention_scaling(self.attention_scaling) {
             return Err(PositionalError::config(
                 "scaling",
                 self.attention_scaling,
                 format!(
-                    "the {rope_type} parameters give this attention scaling; it must be a \
-                     positive finite number"
+                    "the {rope_type} parameters give this attention scaling; it must lie in \
+                     {ATTENTION_SCALING_RANGE}"
                 ),
             ));
         }
         Ok(())
     }
+}
+
+/// The accepted range of an attention scaling, as the error messages print it.
+pub(crate) const ATTENTION_SCALING_RANGE: &str =
+    "[1.08e-19, 1.84e19] (its square scales every score, which must stay a normal f32)";
+
+/// Whether `scaling` can multiply cos and sin: positive, with a square in f32's normal range.
+/// Queries and keys are both scaled, so every score carries the square, and one outside that
+/// range is infinite or flushed to 0 there (an `attention_factor` of 1e300 gave infinite
+/// outputs, 1e-300 all-zero ones).
+pub(crate) fn is_attention_scaling(scaling: f64) -> bool {
+    scaling > 0.0 && crate::error::is_normal_f32(scaling * scaling)
 }
 
 /// The unscaled frequencies `theta^(-2j / rotary_dim)` (Su et al., RoFormer, eq. 15).
@@ -197,6 +209,14 @@ impl RopeScaling {
             )),
             _ => Ok(()),
         };
+        let attention_factor_in_range = |value: &Option<f64>| match value {
+            Some(v) if !is_attention_scaling(*v) => Err(PositionalError::config(
+                "scaling.attention_factor",
+                v,
+                format!("must lie in {ATTENTION_SCALING_RANGE}"),
+            )),
+            _ => Ok(()),
+        };
         let factor_at_least_one = |field: &'static str, factor: f64| {
             if factor.is_finite() && factor >= 1.0 {
                 Ok(())
@@ -251,7 +271,7 @@ impl RopeScaling {
                     factor_at_least_one("scaling.factor", *factor)?;
                 }
                 positive_length(*original_max_position_embeddings)?;
-                positive_if_given("scaling.attention_factor", attention_factor)?;
+                attention_factor_in_range(attention_factor)?;
                 // The betas are numbers of turns, taken the logarithm of; 0 means the default.
                 for (field, beta) in [
                     ("scaling.beta_fast", beta_fast),
@@ -327,7 +347,7 @@ impl RopeScaling {
                     }
                 }
                 positive_if_given("scaling.factor", factor)?;
-                positive_if_given("scaling.attention_factor", attention_factor)
+                attention_factor_in_range(attention_factor)
             }
             Self::Proportional {
                 factor,

@@ -108,10 +108,19 @@ impl RotaryEncodingConfig {
     /// The settings of one layer: `rope_parameters` (or `rope_scaling`) as `params`, the rest of
     /// the config as `top`.
     fn from_huggingface_parts(top: &Object, params: &Object) -> Result<Self, PositionalError> {
-        let model_type = top
-            .get("model_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        // The family picks defaults (GPT-NeoX's rotary fraction, GPT-J's pairing): one of another
+        // type would silently take the generic ones.
+        let model_type = match top.get("model_type") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(model_type)) => model_type.as_str(),
+            Some(other) => {
+                return Err(PositionalError::config(
+                    "model_type",
+                    other,
+                    "must be a string",
+                ));
+            }
+        };
 
         let head_dim = head_dim(top)?;
         let theta = number(params, "rope_theta")?
@@ -281,6 +290,28 @@ enum RopeParams<'a> {
     PerLayerType(&'a Object),
 }
 
+/// The keys of a `rope_parameters` / `rope_scaling` dict that transformers reads.
+const ROPE_PARAMETERS: [&str; 18] = [
+    "rope_type",
+    "type",
+    "rope_theta",
+    "factor",
+    "partial_rotary_factor",
+    "original_max_position_embeddings",
+    "attention_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "truncate",
+    "low_freq_factor",
+    "high_freq_factor",
+    "short_factor",
+    "long_factor",
+    "short_mscale",
+    "long_mscale",
+];
+
 fn rope_params(top: &Object) -> Result<RopeParams<'_>, PositionalError> {
     static EMPTY: std::sync::OnceLock<Object> = std::sync::OnceLock::new();
     // `"rope_parameters": null` next to a `rope_scaling` dict (a config converted by hand) says
@@ -297,8 +328,29 @@ fn rope_params(top: &Object) -> Result<RopeParams<'_>, PositionalError> {
             ));
         }
     };
-    // A dict of dicts: each layer type's parameters (transformers' `layer_types` keys).
-    let nested = !params.is_empty() && params.values().all(Value::is_object);
+    // A dict of dicts: each layer type's parameters (transformers' `layer_types` keys). No
+    // parameter of a shared dict is an object, so an object under any other key makes the dict
+    // per layer type, and an entry of it that is not a dict is an error there, not a parameter
+    // ignored. (An object under a parameter's own key is that parameter's type error.)
+    let nested = params
+        .iter()
+        .any(|(key, value)| value.is_object() && !ROPE_PARAMETERS.contains(&key.as_str()));
+    if !nested {
+        // A layer type's entry that is not a dict (`"full_attention": 5`) would otherwise read
+        // as an unknown parameter of a shared dict, and the layer would silently take defaults.
+        let named_types = top.get("layer_types").and_then(Value::as_array);
+        let is_layer_type = |key: &str| {
+            ["full_attention", "sliding_attention"].contains(&key)
+                || named_types.is_some_and(|types| types.iter().any(|t| t.as_str() == Some(key)))
+        };
+        if let Some((key, value)) = params.iter().find(|(key, _)| is_layer_type(key)) {
+            return Err(PositionalError::config(
+                "rope_parameters",
+                format!("{key:?}: {value}"),
+                "must hold an object for each layer type",
+            ));
+        }
+    }
     Ok(if nested {
         RopeParams::PerLayerType(params)
     } else {
@@ -606,6 +658,33 @@ mod tests {
             "{err}"
         );
         assert!(RotaryEncodingConfig::from_huggingface_json("{").is_err());
+        // A layer type's entry that is not a dict, beside a dict or alone, and the model type
+        // of another type than a string (it picks defaults).
+        for params in [
+            r#"{"full_attention": 5, "sliding_attention": {"rope_theta": 10000.0}}"#,
+            r#"{"full_attention": 5, "rope_theta": 10000.0}"#,
+            r#"{"sliding_attention": [1]}"#,
+        ] {
+            let json = format!(
+                r#"{{"head_dim": 64, "layer_types": ["sliding_attention", "full_attention"],
+                    "rope_parameters": {params}}}"#
+            );
+            let err = RotaryEncodingConfig::from_huggingface_layer_types(&json).unwrap_err();
+            assert!(
+                err.to_string().contains("`rope_parameters`")
+                    && err
+                        .to_string()
+                        .contains("must hold an object for each layer type"),
+                "{params}: {err}"
+            );
+        }
+        let err =
+            RotaryEncodingConfig::from_huggingface_json(r#"{"head_dim": 64, "model_type": 7}"#)
+                .unwrap_err();
+        assert!(
+            err.to_string().contains("`model_type` = Number(7)"),
+            "{err}"
+        );
         // A type that is not a string would otherwise read as "default": no scaling.
         for rope_type in ["3", "[\"linear\"]", "{}", "true"] {
             let json = format!(

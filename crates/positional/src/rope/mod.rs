@@ -27,7 +27,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::error::{PositionalError, or_panic, unallocatable_on_host};
+use crate::error::{
+    PositionalError, or_panic, position_range_end, unallocatable, unallocatable_on_host,
+};
 
 /// Which features form a rotated pair.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -44,10 +46,6 @@ pub enum RopeLayout {
 /// decoding step at `rotary_dim` 128; the cap keeps a model with a 128k context from holding
 /// 128 MB of tables per layer.
 const PRECOMPUTED_TABLE_BYTES: usize = 8 << 20;
-
-/// The largest position: every integer up to 2^53 is exact in f64, in which the angles
-/// `position * inv_freq` are computed; past it positions would round to their neighbours.
-const MAX_POSITION: u64 = 1 << 53;
 
 /// Configuration of a [`RotaryEncoding`].
 #[derive(Config, Debug)]
@@ -268,22 +266,11 @@ impl RotaryEncoding {
         if seq == 0 {
             return Err(PositionalError::input("seq", seq, "must be at least 1"));
         }
-        let end = offset
-            .checked_add(seq)
-            .filter(|&end| end as u64 <= MAX_POSITION + 1)
-            .ok_or_else(|| {
-                PositionalError::input(
-                    "offset",
-                    offset,
-                    format!(
-                        "+ seq ({seq}) must be at most 2^53: positions are computed exactly in f64 up \
-                         to there"
-                    ),
-                )
-            })?;
+        let end = position_range_end("offset", offset, seq)?;
         if end <= self.cached_positions() {
             return Ok(self.angles(self.cos.clone(), self.sin.clone(), offset, seq));
         }
+        self.check_host_tables("seq", seq, 1)?;
         let positions: Vec<i64> = (offset as i64..end as i64).collect();
         let (cos, sin) = self.host_tables(&positions, [1, seq])?;
         Ok(self.angles(cos, sin, 0, seq))
@@ -310,13 +297,14 @@ impl RotaryEncoding {
                 ));
             }
         };
-        if rows * seq == 0 {
+        if rows.checked_mul(seq) == Some(0) {
             return Err(PositionalError::input(
                 "positions.dims()",
                 dims.to_vec(),
                 "must not be empty",
             ));
         }
+        let positions = crate::ints::device_ints("positions", positions)?;
         let host: Vec<i64> = positions
             .to_data()
             .convert::<i64>()
@@ -332,7 +320,7 @@ impl RotaryEncoding {
             ));
         }
         let max = *host.iter().max().expect("positions are not empty");
-        if max as u64 > MAX_POSITION {
+        if max as u64 > crate::error::MAX_POSITION {
             return Err(PositionalError::input(
                 "positions",
                 max,
@@ -340,6 +328,7 @@ impl RotaryEncoding {
             ));
         }
         if (max as usize) >= self.cached_positions() {
+            self.check_host_tables("positions.dims()", seq, rows)?;
             let (cos, sin) = self.host_tables(&host, [rows, seq])?;
             return Ok(self.angles(cos, sin, 0, seq));
         }
@@ -418,6 +407,24 @@ impl RotaryEncoding {
         positions: Tensor<D, Int>,
     ) -> (Tensor<4>, Tensor<4>) {
         or_panic(self.try_forward_at(q, k, positions))
+    }
+
+    /// An error naming `input` when cos/sin tables of `rows * seq` positions cannot be made: the
+    /// positions and the f32 tables on the host, the tables on the device.
+    fn check_host_tables(
+        &self,
+        input: &'static str,
+        seq: usize,
+        rows: usize,
+    ) -> Result<(), PositionalError> {
+        let table = [rows, seq, self.config.rotary_dim()];
+        let why = unallocatable_on_host(&[rows, seq], 8)
+            .or_else(|| unallocatable_on_host(&table, 2 * 4))
+            .or_else(|| unallocatable(&table, 4, &self.cos.device()));
+        match why {
+            Some(why) => Err(PositionalError::input(input, seq, why)),
+            None => Ok(()),
+        }
     }
 
     /// The number of positions whose cos/sin were computed at init.

@@ -498,3 +498,95 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
     }
 }
 for_each_backend!(fused_kernel_equals_tensor_ops);
+
+/// An attention factor (YaRN's or LongRoPE's, given or computed) scales queries and keys, so
+/// every score by its square: a factor whose square is not a normal f32 is an error naming the
+/// field with the accepted range; any other gives finite, non-zero rotations. (1e300 gave
+/// infinite outputs, 1e-300 all-zero ones.)
+fn attention_factors_out_of_range_are_errors(device: &Device) {
+    let factor = (-330i32..=310, 1.0f64..10.0)
+        .prop_map(|(exponent, mantissa)| mantissa * 10f64.powi(exponent));
+    proptest!(property_cases(), |(attention_factor in factor, yarn in any::<bool>())| {
+        let scaling = match yarn {
+            true => RopeScaling::Yarn {
+                factor: Some(4.0),
+                original_max_position_embeddings: 16,
+                beta_fast: None,
+                beta_slow: None,
+                mscale: None,
+                mscale_all_dim: None,
+                attention_factor: Some(attention_factor),
+                truncate: None,
+            },
+            false => RopeScaling::LongRope {
+                short_factor: vec![1.0; 4],
+                long_factor: vec![2.0; 4],
+                original_max_position_embeddings: 16,
+                factor: None,
+                attention_factor: Some(attention_factor),
+            },
+        };
+        let config = RotaryEncodingConfig::new(8)
+            .with_max_position_embeddings(64)
+            .with_scaling(Some(scaling));
+        let square = attention_factor * attention_factor;
+        let in_range = f64::from(f32::MIN_POSITIVE) <= square && square <= f64::from(f32::MAX);
+        match config.try_init(device) {
+            Ok(rope) => {
+                prop_assert!(in_range, "{attention_factor} was accepted");
+                let q = Tensor::<4>::ones([1, 1, 3, 8], device);
+                let rotated = floats(&rope.apply(q, 5).into_data());
+                prop_assert!(rotated.iter().all(|v| v.is_finite()), "{attention_factor}: {rotated:?}");
+                prop_assert!(rotated.iter().any(|v| *v != 0.0), "{attention_factor}: all zero");
+            }
+            Err(error) => {
+                prop_assert!(!in_range, "{attention_factor}: {error}");
+                let error = error.to_string();
+                prop_assert!(
+                    error.contains("`scaling.attention_factor`") && error.contains("1.08e-19"),
+                    "{error}"
+                );
+            }
+        }
+    });
+    // The same from a config.json, and a computed factor out of range (YaRN's mscale ratio).
+    for factor in ["1e300", "1e-300"] {
+        let json = format!(
+            r#"{{"hidden_size": 32, "num_attention_heads": 4, "max_position_embeddings": 64,
+                "rope_scaling": {{"rope_type": "yarn", "factor": 4.0,
+                "original_max_position_embeddings": 16, "attention_factor": {factor}}}}}"#
+        );
+        let err = RotaryEncodingConfig::from_huggingface_json(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`scaling.attention_factor`"), "{err}");
+    }
+    let computed = RotaryEncodingConfig::new(8).with_scaling(Some(RopeScaling::Yarn {
+        factor: Some(4.0),
+        original_max_position_embeddings: 16,
+        beta_fast: None,
+        beta_slow: None,
+        mscale: Some(1e30),
+        mscale_all_dim: Some(1.0),
+        attention_factor: None,
+        truncate: None,
+    }));
+    let err = computed.try_init(device).unwrap_err().to_string();
+    assert!(
+        err.contains("attention scaling") && err.contains("1.08e-19"),
+        "{err}"
+    );
+}
+for_each_backend!(attention_factors_out_of_range_are_errors);
+
+/// Angles for more positions than the host can hold are an error naming the input, not an
+/// aborted allocation.
+fn angles_past_memory_are_errors(device: &Device) {
+    let rope = RotaryEncodingConfig::new(8).init(device);
+    for seq in [1usize << 40, 1 << 50] {
+        let err = rope.try_angles(0, seq).map(|_| ()).unwrap_err().to_string();
+        assert!(err.contains(&format!("`seq` = {seq}")), "{err}");
+    }
+    assert!(rope.try_angles(1 << 20, 4).is_ok());
+}
+for_each_backend!(angles_past_memory_are_errors);
