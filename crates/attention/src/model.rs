@@ -306,9 +306,7 @@ pub fn check_token_ids(
             "must hold at least one token in at least one row",
         ));
     }
-    let [(smallest, largest)] = positional::int_extremes(name, &[ids])?[..] else {
-        unreachable!("one tensor gives one pair")
-    };
+    let (smallest, largest) = positional::int_bounds(name, ids)?;
     let vocab = vocab_size as i64;
     match [smallest, largest]
         .into_iter()

@@ -434,8 +434,7 @@ impl Transformer {
                 let mask = padding_mask
                     .clone()
                     .unwrap_or_else(|| Tensor::<2, Int>::zeros([batch, seq], &device).bool());
-                let seen = seen.unwrap_or_else(|| Tensor::full([batch], past as i64, &device));
-                Some(positions_after(mask, seen))
+                Some(positions_after(mask, seen, past))
             }
             (None, _) => None,
         };
@@ -505,29 +504,29 @@ impl Transformer {
 
 /// `cumsum(!padding) - 1`, clamped at 0: the positions `generate` gives a left-padded batch.
 pub fn positions_from_mask(padding_mask: Tensor<2, Bool>) -> Tensor<2, Int> {
-    padding_mask
-        .bool_not()
-        .int()
-        .cumsum(1)
-        .sub_scalar(1)
-        .clamp_min(0)
+    positions_after(padding_mask, None, 0)
 }
 
-/// [`positions_from_mask`] of tokens that follow `seen` `[batch]` real tokens in each row:
-/// `seen + cumsum(!padding) - 1`, clamped at 0, which is what the whole sequence's mask gives
-/// them.
-fn positions_after(padding_mask: Tensor<2, Bool>, seen: Tensor<1, Int>) -> Tensor<2, Int> {
+/// [`positions_from_mask`] of tokens that follow real tokens already seen: `seen` `[batch]` per
+/// row (a cache that has had padding), else `past` in every row. `seen + cumsum(!padding) - 1`,
+/// clamped at 0, is what the whole sequence's mask gives them.
+fn positions_after(
+    padding_mask: Tensor<2, Bool>,
+    seen: Option<Tensor<1, Int>>,
+    past: usize,
+) -> Tensor<2, Int> {
     let [batch, _] = padding_mask.dims();
-    (padding_mask.bool_not().int().cumsum(1) + seen.reshape([batch, 1]))
-        .sub_scalar(1)
-        .clamp_min(0)
+    let counted = padding_mask.bool_not().int().cumsum(1);
+    match seen {
+        Some(seen) => (counted + seen.reshape([batch, 1])).sub_scalar(1),
+        None => counted.sub_scalar(1 - past as i64),
+    }
+    .clamp_min(0)
 }
 
 /// Token types must index the table: checked on the host (one read of a small tensor).
 fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, ModelError> {
-    let [(smallest, largest)] = positional::int_extremes("token_types", &[&types])?[..] else {
-        unreachable!("one tensor gives one pair")
-    };
+    let (smallest, largest) = positional::int_bounds("token_types", &types)?;
     if smallest < 0 || largest >= rows as i64 {
         return Err(ModelError::input(
             "token_types",

@@ -398,7 +398,6 @@ fn padded_batches_decode_step_by_step_as_a_whole(device: &Device) {
             ids.clone(),
             ModelInputs::new().with_padding_mask(mask.clone()),
         );
-        let vocab = whole.dims()[2];
         // Row 0's real tokens and all of row 1's.
         let real = |logits: Tensor<3>| {
             let row = |r: usize, from: usize| {
@@ -442,7 +441,6 @@ fn padded_batches_decode_step_by_step_as_a_whole(device: &Device) {
             let want = floats(&whole.clone().narrow(1, 4, 2).into_data());
             assert_close(&step.into_data(), &want, 1e-4);
         }
-        assert!(vocab > 0, "{family}");
     }
 }
 for_each_backend!(padded_batches_decode_step_by_step_as_a_whole);

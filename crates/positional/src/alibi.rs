@@ -9,7 +9,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{PositionalError, check_f32_size, or_panic, unallocatable_on_host};
-use crate::ints::{device_ints, int_dtype_range, int_extremes};
+use crate::ints::{device_ints, int_extremes, int_max};
 
 /// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
 /// which the distances are multiplied by the slopes.
@@ -216,7 +216,7 @@ impl Alibi {
         let [(q_min, q_max), (k_min, k_max)] = [extremes[0], extremes[1]];
         let spread =
             (i128::from(q_max) - i128::from(k_min)).max(i128::from(k_max) - i128::from(q_min));
-        let largest = int_dtype_range(query_positions.dtype().into()).1;
+        let largest = int_max(&query_positions.device());
         if spread > i128::from(largest) {
             return Err(PositionalError::input(
                 "positions",

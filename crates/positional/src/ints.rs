@@ -128,6 +128,14 @@ pub fn int_extremes<const D: usize>(
         .collect())
 }
 
+/// The smallest and largest value of `tensor` (one read back), as [`int_extremes`] gives them.
+pub fn int_bounds<const D: usize>(
+    input: &'static str,
+    tensor: &Tensor<D, Int>,
+) -> Result<(i64, i64), PositionalError> {
+    Ok(int_extremes(input, &[tensor])?[0])
+}
+
 fn check_range(
     input: &'static str,
     values: &[i64],

@@ -172,10 +172,7 @@ impl LearnedPositionalEmbedding {
             return Ok(x);
         }
         let positions = crate::ints::device_ints("positions", positions)?;
-        let [(smallest, largest)] = crate::ints::int_extremes("positions", &[&positions])?[..]
-        else {
-            unreachable!("one tensor gives one pair")
-        };
+        let (smallest, largest) = crate::ints::int_bounds("positions", &positions)?;
         if smallest < 0 || largest >= max_sequence_length as i64 {
             return Err(PositionalError::input(
                 "positions",

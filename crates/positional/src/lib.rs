@@ -52,7 +52,7 @@ pub mod testing;
 
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
 pub use error::{PositionalError, is_normal_f32, unallocatable, unallocatable_on_host};
-pub use ints::{device_ints, int_dtype_range, int_extremes, int_max, try_ints};
+pub use ints::{device_ints, int_bounds, int_dtype_range, int_extremes, int_max, try_ints};
 pub use learned::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
 pub use relative::{RelativePositionBias, RelativePositionBiasConfig};
 pub use rope::{
