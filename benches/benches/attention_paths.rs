@@ -88,7 +88,7 @@ fn run_burn_attention(bencher: Bencher, backend: &str, bias: Bias) {
     let qkv = || Tensor::<4>::random([1, heads, SEQ, 64], Distribution::Normal(0.0, 1.0), &device);
     let (q, k, v) = (qkv(), qkv(), qkv());
     let alibi = AlibiConfig::new(heads).init(&device);
-    let reused = alibi.bias(SEQ, SEQ).unsqueeze::<4>();
+    let reused = alibi.bias(0, SEQ, 0, SEQ);
     let options = AttentionModuleOptions {
         scale: None,
         softcap: None,
@@ -98,7 +98,7 @@ fn run_burn_attention(bencher: Bencher, backend: &str, bias: Bias) {
         let bias = match bias {
             Bias::None => None,
             Bias::Reused => Some(reused.clone()),
-            Bias::PerCall => Some(alibi.bias(SEQ, SEQ).unsqueeze::<4>()),
+            Bias::PerCall => Some(alibi.bias(0, SEQ, 0, SEQ)),
         };
         attention(q.clone(), k.clone(), v.clone(), None, bias, options)
     };

@@ -3,10 +3,10 @@
 //! the KV cache).
 
 use anyhow::Context;
-use attention::Decoder;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use indicatif::ProgressBar;
+use models::{ModelInputs, Transformer};
 
 use crate::extrapolation::Scheme;
 use crate::tasks::SplitMix64;
@@ -110,7 +110,7 @@ impl Default for CharLmSettings {
 /// What a run produced.
 pub struct CharLmOutcome {
     /// The trained model, without autodiff.
-    pub model: Decoder,
+    pub model: Transformer,
     /// The text's characters.
     pub vocabulary: CharVocabulary,
     /// Training time and throughput.
@@ -158,14 +158,14 @@ pub fn train_char_lm(
 
     let training_device = device.clone().autodiff();
     training_device.seed(settings.seed);
-    let config = attention::DecoderConfig::new(
+    let config = crate::decoder::decoder_config(
+        settings.scheme,
         vocabulary.len(),
         settings.d_model,
         settings.n_heads,
         settings.n_layers,
-        settings.scheme.positional(),
-    )
-    .with_max_sequence_length(settings.context);
+        settings.context,
+    );
     let model = config.try_init(&training_device)?;
     let held_out_loss_before = held_out_loss(&model.valid(), held_out_ids, window, device)?;
 
@@ -217,7 +217,7 @@ fn windows(ids: &[i64], starts: &[usize], window: usize, device: &Device) -> Ten
 
 /// Mean next-token loss over up to 32 non-overlapping windows of `ids`.
 fn held_out_loss(
-    model: &Decoder,
+    model: &Transformer,
     ids: &[i64],
     window: usize,
     device: &Device,
@@ -234,7 +234,7 @@ fn held_out_loss(
 /// When the cache reaches the context length, it restarts from the last half context, so that
 /// every scheme (learned embeddings included) stays within what it was trained on.
 pub fn sample(
-    model: &Decoder,
+    model: &Transformer,
     vocabulary: &CharVocabulary,
     prompt: &str,
     settings: &CharLmSettings,
@@ -263,6 +263,7 @@ pub fn sample(
         let count = tokens.len();
         let logits = model.try_forward_cached(
             Tensor::from_data(TensorData::new(tokens, [1, count]), device),
+            ModelInputs::new(),
             &mut caches,
         )?;
         let last: Vec<f32> = logits

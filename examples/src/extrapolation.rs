@@ -10,7 +10,9 @@
 use std::path::Path;
 
 use anyhow::Context;
-use attention::{Decoder, DecoderConfig, DecoderPositional};
+use models::{Transformer, TransformerConfig};
+
+use crate::decoder::decoder_config;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::Device;
@@ -54,17 +56,6 @@ impl Scheme {
             Scheme::Rope => "rope",
             Scheme::Alibi => "alibi",
             Scheme::Nope => "nope",
-        }
-    }
-
-    /// The decoder's setting for this scheme.
-    pub fn positional(self) -> DecoderPositional {
-        match self {
-            Scheme::Sinusoidal => DecoderPositional::Sinusoidal,
-            Scheme::Learned => DecoderPositional::Learned,
-            Scheme::Rope => DecoderPositional::Rope,
-            Scheme::Alibi => DecoderPositional::Alibi,
-            Scheme::Nope => DecoderPositional::None,
         }
     }
 }
@@ -164,15 +155,15 @@ impl StudySettings {
     }
 
     /// The decoder trained for `scheme`.
-    pub fn decoder_config(&self, scheme: Scheme) -> DecoderConfig {
-        DecoderConfig::new(
+    pub fn decoder_config(&self, scheme: Scheme) -> TransformerConfig {
+        decoder_config(
+            scheme,
             self.vocab_size,
             self.d_model,
             self.n_heads,
             self.n_layers,
-            scheme.positional(),
+            self.train_len,
         )
-        .with_max_sequence_length(self.train_len)
     }
 
     /// Evaluation context lengths.
@@ -206,7 +197,7 @@ pub fn train_scheme(
     scheme: Scheme,
     device: &Device,
     progress: &ProgressBar,
-) -> anyhow::Result<(Decoder, TrainingLog)> {
+) -> anyhow::Result<(Transformer, TrainingLog)> {
     let task = settings.task()?;
     let training_device = device.clone().autodiff();
     // The same seed for every scheme: the same batches in the same order, and the same initial
@@ -234,7 +225,7 @@ pub fn train_scheme(
 /// Measures `model` at every evaluation length, on sequences that depend only on the seed and the
 /// length (the same for every scheme).
 pub fn evaluate(
-    model: &Decoder,
+    model: &Transformer,
     settings: &StudySettings,
     device: &Device,
 ) -> anyhow::Result<Vec<Evaluation>> {
@@ -312,7 +303,7 @@ pub fn model_paths(folder: &Path, scheme: Scheme) -> (std::path::PathBuf, std::p
 
 /// Saves a trained model as a Burn record, with the config that rebuilds it.
 pub fn save_model(
-    model: &Decoder,
+    model: &Transformer,
     settings: &StudySettings,
     scheme: Scheme,
     folder: &Path,
@@ -333,10 +324,10 @@ pub fn save_model(
 /// Rebuilds a saved model on `device`.
 ///
 /// Burn maps the record file and may read it lazily: keep it in place while the model is used.
-pub fn load_model(folder: &Path, scheme: Scheme, device: &Device) -> anyhow::Result<Decoder> {
+pub fn load_model(folder: &Path, scheme: Scheme, device: &Device) -> anyhow::Result<Transformer> {
     let (record, config) = model_paths(folder, scheme);
-    let config =
-        DecoderConfig::load(&config).with_context(|| format!("reading {}", config.display()))?;
+    let config = TransformerConfig::load(&config)
+        .with_context(|| format!("reading {}", config.display()))?;
     let model = config.try_init(device)?;
     model
         .try_load_file(&record)

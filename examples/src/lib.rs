@@ -10,6 +10,7 @@
 //! Adam ([`training`]) and use data generated in code ([`tasks`]).
 
 pub mod char_lm;
+pub mod decoder;
 pub mod device;
 pub mod extrapolation;
 pub mod report;

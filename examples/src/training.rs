@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use attention::{AttentionError, Decoder};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Int, Tensor};
 use indicatif::{ProgressBar, ProgressStyle};
+use models::{ModelError, ModelInputs, Transformer};
 
 /// How long and how fast to train.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -57,13 +57,13 @@ pub struct NextTokenScores {
 /// # Shapes
 /// - `tokens`: `[batch, context + 1]`; the model sees the first `context` tokens
 pub fn next_token_scores(
-    model: &Decoder,
+    model: &Transformer,
     tokens: Tensor<2, Int>,
     first_target: usize,
-) -> Result<NextTokenScores, AttentionError> {
+) -> Result<NextTokenScores, ModelError> {
     let [batch, len] = tokens.dims();
     let context = len - 1;
-    let logits = model.try_forward(tokens.clone().narrow(1, 0, context))?;
+    let logits = model.try_forward(tokens.clone().narrow(1, 0, context), ModelInputs::new())?;
     let [_, _, vocab_size] = logits.dims();
     let scored = len - first_target;
     let logits = logits
@@ -112,12 +112,12 @@ pub struct TrainingLog {
 ///
 /// Loss is read back every step: the progress bar needs it, and it keeps WGPU's queue short.
 pub fn train(
-    mut model: Decoder,
+    mut model: Transformer,
     schedule: &Schedule,
     first_target: usize,
     mut next_batch: impl FnMut(usize) -> Tensor<2, Int>,
     progress: &ProgressBar,
-) -> Result<(Decoder, TrainingLog), AttentionError> {
+) -> Result<(Transformer, TrainingLog), ModelError> {
     let mut optimizer = AdamConfig::new()
         .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
         .init();

@@ -10,19 +10,22 @@ use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor};
-use positional::{Alibi, RelativePositionBias, RotaryEncoding, unallocatable};
+use positional::{
+    Alibi, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding, unallocatable,
+};
 
-use crate::alibi_attention;
 use crate::cache::{CachedKeys, KvCache};
 use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
-use crate::decode_attention;
 use crate::error::{AttentionError, or_panic};
+use crate::kernels::alibi_attention;
+use crate::kernels::decode_attention;
 
 /// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
 ///
 /// Built by [`MultiHeadAttentionConfig::init`]. Weights are Burn's `Linear` (`[d_input,
 /// d_output]`); [`with_pytorch_weights`](Self::try_with_pytorch_weights) loads PyTorch's
-/// `nn.Linear` layout, and [`crate::huggingface`] whole layers of Hugging Face checkpoints.
+/// `nn.Linear` layout; `models::huggingface` (package `burn-models`) loads whole layers of Hugging
+/// Face checkpoints.
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention {
     /// `d_model -> n_heads * head_dim`.
@@ -105,11 +108,16 @@ impl HeadNorm {
 pub struct AttentionInputs {
     /// `[batch, seq]`, true at padding: no query attends to those keys.
     pub padding_mask: Option<Tensor<2, Bool>>,
-    /// `[batch, seq]`, the position of each token for RoPE, ALiBi and the relative bias. Without
-    /// it positions are token indices (`cache.len() ..`). A left-padded batch passes
-    /// `cumsum(mask) - 1`, as Hugging Face's `generate` does. The causal mask and the sliding
-    /// window always count token indices, as transformers' masks do.
-    pub positions: Option<Tensor<2, Int>>,
+    /// The position of each token for RoPE, ALiBi and the relative bias: a start, or per-token
+    /// ids `[batch or 1, seq]`. Without it positions are token indices (`cache.len() ..`). A
+    /// left-padded batch passes `cumsum(mask) - 1`, as Hugging Face's `generate` does. The causal
+    /// mask and the sliding window always count token indices, as transformers' masks do.
+    pub positions: Option<Positions>,
+    /// RoPE's angles for these tokens, computed once by a model for every layer that shares its
+    /// RoPE setting (one host read of the positions and one table lookup per forward, not one per
+    /// layer). They must be the angles of `positions` (of `cache.len() ..` without them) under
+    /// this layer's RoPE configuration: attention applies them as given.
+    pub rotary_angles: Option<RotaryAngles>,
     /// `[batch or 1, n_heads, seq, k_len]`, added to the scores after scaling and soft-capping,
     /// where `k_len` counts every key the call attends to (the cache's and the new ones): T5's
     /// relative bias, computed by its first layer and shared by the others.
@@ -128,9 +136,15 @@ impl AttentionInputs {
         self
     }
 
-    /// With explicit positions `[batch, seq]`.
-    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
-        self.positions = Some(positions);
+    /// With explicit positions: a start, or per-token ids `[batch or 1, seq]`.
+    pub fn with_positions(mut self, positions: impl Into<Positions>) -> Self {
+        self.positions = Some(positions.into());
+        self
+    }
+
+    /// With RoPE's angles for these tokens, computed once for the layers that share them.
+    pub fn with_rotary_angles(mut self, angles: RotaryAngles) -> Self {
+        self.rotary_angles = Some(angles);
         self
     }
 
@@ -141,85 +155,77 @@ impl AttentionInputs {
     }
 }
 
+impl From<Option<Tensor<2, Bool>>> for AttentionInputs {
+    /// An optional padding mask `[batch, seq]` alone: `forward(x, None)`.
+    fn from(padding_mask: Option<Tensor<2, Bool>>) -> Self {
+        Self {
+            padding_mask,
+            ..Self::default()
+        }
+    }
+}
+
+impl From<Tensor<2, Bool>> for AttentionInputs {
+    /// A padding mask `[batch, seq]` alone.
+    fn from(padding_mask: Tensor<2, Bool>) -> Self {
+        Some(padding_mask).into()
+    }
+}
+
 impl MultiHeadAttention {
     /// The configuration this module was built from.
     pub fn config(&self) -> &MultiHeadAttentionConfig {
         &self.config
     }
 
-    /// Self-attention over `x`.
+    /// Self-attention over `x`. `inputs` is an [`AttentionInputs`], or just a padding mask
+    /// (`None`, or a `[batch, seq]` mask that is true at padding: no query attends to those keys).
     ///
-    /// `padding_mask` is true at padding positions: no query attends to them. A query that can
-    /// see no key at all (left padding under a causal mask) gets a zero context, never NaN.
+    /// A query that can see no key at all (left padding under a causal mask) gets a zero context,
+    /// never NaN.
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
-    /// - `padding_mask`: `[batch, seq]`
     /// - output: `[batch, seq, d_model]`
     pub fn try_forward(
         &self,
         x: Tensor<3>,
-        padding_mask: Option<Tensor<2, Bool>>,
+        inputs: impl Into<AttentionInputs>,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, padding_inputs(padding_mask), None)
+        self.attend(x, inputs.into(), None)
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
-    pub fn forward(&self, x: Tensor<3>, padding_mask: Option<Tensor<2, Bool>>) -> Tensor<3> {
-        or_panic(self.try_forward(x, padding_mask))
+    pub fn forward(&self, x: Tensor<3>, inputs: impl Into<AttentionInputs>) -> Tensor<3> {
+        or_panic(self.try_forward(x, inputs))
     }
 
     /// Self-attention of new tokens over everything in `cache` plus themselves; appends them.
     ///
-    /// The new tokens sit at positions `cache.len() ..`: RoPE continues from there, ALiBi and the
-    /// causal mask align with it. A prefill of many tokens and single-token steps both work.
+    /// Unless `inputs` gives positions, the new tokens sit at positions `cache.len() ..`: RoPE
+    /// continues from there, ALiBi and the causal mask align with it. A prefill of many tokens
+    /// and single-token steps both work; a padding mask covers the new tokens.
     ///
     /// # Shapes
     /// - `x`: `[batch, new, d_model]`
-    /// - `padding_mask`: `[batch, new]`, for the new tokens
     /// - output: `[batch, new, d_model]`
     pub fn try_forward_cached(
         &self,
         x: Tensor<3>,
-        padding_mask: Option<Tensor<2, Bool>>,
+        inputs: impl Into<AttentionInputs>,
         cache: &mut KvCache,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, padding_inputs(padding_mask), Some(cache))
+        self.attend(x, inputs.into(), Some(cache))
     }
 
     /// Panicking form of [`try_forward_cached`](Self::try_forward_cached).
     pub fn forward_cached(
         &self,
         x: Tensor<3>,
-        padding_mask: Option<Tensor<2, Bool>>,
+        inputs: impl Into<AttentionInputs>,
         cache: &mut KvCache,
     ) -> Tensor<3> {
-        or_panic(self.try_forward_cached(x, padding_mask, cache))
-    }
-
-    /// Self-attention with every per-call input: padding, per-token positions, an extra bias,
-    /// and a cache to read and extend (or none).
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, seq, d_model]`
-    /// - output: `[batch, seq, d_model]`
-    pub fn try_forward_with(
-        &self,
-        x: Tensor<3>,
-        inputs: AttentionInputs,
-        cache: Option<&mut KvCache>,
-    ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, inputs, cache)
-    }
-
-    /// Panicking form of [`try_forward_with`](Self::try_forward_with).
-    pub fn forward_with(
-        &self,
-        x: Tensor<3>,
-        inputs: AttentionInputs,
-        cache: Option<&mut KvCache>,
-    ) -> Tensor<3> {
-        or_panic(self.try_forward_with(x, inputs, cache))
+        or_panic(self.try_forward_cached(x, inputs, cache))
     }
 
     fn attend(
@@ -231,6 +237,7 @@ impl MultiHeadAttention {
         let AttentionInputs {
             padding_mask,
             positions,
+            rotary_angles,
             bias,
         } = inputs;
         let [batch, seq, d_model] = x.dims();
@@ -284,18 +291,19 @@ impl MultiHeadAttention {
                 format!("must be [batch, seq] = [{batch}, {seq}]"),
             ));
         }
-        if let Some(positions) = &positions
-            && positions.dims() != [batch, seq]
-        {
-            return Err(AttentionError::input(
-                "positions.dims()",
-                positions.dims(),
-                format!("must be [batch, seq] = [{batch}, {seq}]"),
-            ));
-        }
-        let positions = positions
-            .map(|positions| positional::device_ints("positions", positions))
-            .transpose()?;
+        let past = cache.as_ref().map_or(0, |cache| cache.len());
+        // Positions that are the token indices take the index paths; any others become one id
+        // per token.
+        let positions = match positions {
+            None => None,
+            Some(Positions::Start(start)) if start == past => None,
+            Some(positions) => Some(positions.try_into_ids(
+                "positions",
+                batch,
+                seq,
+                &self.query.weight.device(),
+            )?),
+        };
         let (heads, kv_heads, head_dim) = (
             self.config.n_heads,
             self.config.kv_heads(),
@@ -309,7 +317,6 @@ impl MultiHeadAttention {
             (q, k) = (query_norm.forward(q), key_norm.forward(k));
         }
 
-        let past = cache.as_ref().map_or(0, |cache| cache.len());
         // Checked before the cache changes: the keys are the kept ones and the new ones.
         let k_len = cache.as_ref().map_or(0, |cache| cache.kept()) + seq;
         if let Some(bias) = &bias {
@@ -327,10 +334,11 @@ impl MultiHeadAttention {
                 ));
             }
         }
-        let (q, k) = match (&self.rope, &positions) {
-            (Some(rope), Some(positions)) => rope.try_forward_at(q, k, positions.clone())?,
-            (Some(rope), None) => rope.try_forward(q, k, past)?,
-            (None, _) => (q, k),
+        let (q, k) = match (&self.rope, rotary_angles, &positions) {
+            (Some(_), Some(angles), _) => (angles.try_apply(q)?, angles.try_apply(k)?),
+            (Some(rope), None, Some(positions)) => rope.try_forward(q, k, positions.clone())?,
+            (Some(rope), None, None) => rope.try_forward(q, k, past)?,
+            (None, _, _) => (q, k),
         };
         let keys = match cache {
             Some(cache) => cache.append(
@@ -436,14 +444,14 @@ impl MultiHeadAttention {
             })
         };
         if let Some(alibi) = &self.alibi {
-            add(alibi.try_bias_at(query_positions(), key_positions())?);
+            add(alibi.try_bias(query_positions(), q_len, key_positions(), k_len)?);
         }
         if let Some(relative) = &self.relative {
             add(if explicit_positions {
-                relative.try_bias_at(query_positions(), key_positions())?
+                relative.try_bias(query_positions(), q_len, key_positions(), k_len)?
             } else {
                 // Index positions: the same bias for every batch row.
-                relative.try_bias(past - first_index, q_len, k_len)?
+                relative.try_bias(past - first_index, q_len, 0, k_len)?
             });
         }
         let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &device);
@@ -587,7 +595,7 @@ impl MultiHeadAttention {
             // batch of one for every batch row, but makes an expanded one contiguous, a whole
             // `[batch, heads, q_len, k_len]` copy per call; the other backends add it to the
             // scores with broadcasting either way.
-            Some(alibi) => Some(alibi.try_bias(q_len, k_len)?.unsqueeze::<4>()),
+            Some(alibi) => Some(alibi.try_bias(k_len - q_len, q_len, 0, k_len)?),
             None => None,
         };
         let options = AttentionModuleOptions {
@@ -612,8 +620,8 @@ impl MultiHeadAttention {
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
         let bias = match &self.alibi {
-            // Queries are the last q_len keys' positions, as `Alibi::try_bias` places them.
-            Some(alibi) => Some(alibi.try_bias(q_len, k_len)?.unsqueeze::<4>()),
+            // Queries are the last q_len keys' positions.
+            Some(alibi) => Some(alibi.try_bias(k_len - q_len, q_len, 0, k_len)?),
             None => None,
         };
         let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &q.device());
@@ -758,14 +766,6 @@ fn index_positions(start: usize, len: usize, batch: usize, device: &Device) -> T
     Tensor::<1, Int>::arange(start as i64..(start + len) as i64, device)
         .reshape([1, len])
         .repeat_dim(0, batch)
-}
-
-/// A padding mask alone as the call's inputs.
-fn padding_inputs(padding_mask: Option<Tensor<2, Bool>>) -> AttentionInputs {
-    AttentionInputs {
-        padding_mask,
-        ..AttentionInputs::default()
-    }
 }
 
 /// True where a query may not see a key: later keys under a causal mask, keys `window` or more

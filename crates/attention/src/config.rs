@@ -14,8 +14,8 @@ use crate::error::{AttentionError, or_panic};
 /// Where attention gets position information from.
 ///
 /// Absolute encodings (sinusoidal, learned) are not here: they are added to the token embeddings
-/// before the first block (see [`crate::model`]), and attention then runs with
-/// [`PositionalScheme::None`].
+/// before the first block (`models::TransformerConfig::absolute_positions`), and attention then
+/// runs with [`PositionalScheme::None`].
 #[derive(Config, Debug)]
 pub enum PositionalScheme {
     /// No position information inside attention: NoPE (Kazemnejad et al., 2023) for a causal

@@ -34,18 +34,18 @@
 //! assert_eq!((prefill.dims(), cache.len()), ([2, 5, 32], 6));
 //! ```
 
-mod alibi_attention;
 mod attention;
 mod cache;
 mod config;
-mod decode_attention;
 pub mod error;
-pub mod huggingface;
-mod import;
-pub mod model;
+mod kernels;
 
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
 pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 pub use error::AttentionError;
-pub use model::{Decoder, DecoderConfig, DecoderPositional, check_token_ids};
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

@@ -188,7 +188,7 @@ fn biases_and_absolute_encodings_answer_or_name_the_field(device: &Device) {
     let strategy = (size(), float(), size(), size(), size(), offset(), size());
     proptest!(cases(), |((heads, max_bias, q_len, k_len, d_model, offset, batch) in strategy)| {
         match AlibiConfig::new(heads).with_max_bias(max_bias).try_init(device) {
-            Ok(alibi) => match alibi.try_bias(q_len, k_len) {
+            Ok(alibi) => match alibi.try_bias(k_len.saturating_sub(q_len), q_len, 0, k_len) {
                 Ok(bias) => {
                     let bias = floats(&bias.into_data());
                     prop_assert!(all_finite(&bias) && bias.iter().all(|b| *b <= 0.0));
@@ -229,7 +229,7 @@ fn biases_and_absolute_encodings_answer_or_name_the_field(device: &Device) {
             .with_num_buckets(d_model)
             .with_max_distance(k_len);
         match relative.try_init(device) {
-            Ok(relative) => match relative.try_bias(offset, q_len, k_len) {
+            Ok(relative) => match relative.try_bias(offset, q_len, 0, k_len) {
                 Ok(bias) => prop_assert!(all_finite(&floats(&bias.into_data()))),
                 Err(error) => prop_assert!(names_a_field(&error), "{error}"),
             },
@@ -284,10 +284,10 @@ fn attention_answers_or_names_the_field(device: &Device) {
         let result = if cached {
             let mut cache = KvCache::new();
             module
-                .try_forward_with(x.clone(), AttentionInputs::default(), Some(&mut cache))
+                .try_forward_cached(x.clone(), None, &mut cache)
                 .and_then(|_| {
                     let step = x.clone().narrow(1, 0, 1.min(seq));
-                    module.try_forward_with(step, AttentionInputs::default(), Some(&mut cache))
+                    module.try_forward_cached(step, None, &mut cache)
                 })
         } else {
             module.try_forward(x, None)
@@ -309,7 +309,7 @@ fn explicit_positions_answer_or_name_the_field(device: &Device) {
             TensorData::new(vec![position; seq], [seq]),
             device,
         );
-        match rope.try_angles_at(positions) {
+        match rope.try_angles(positions, seq) {
             Ok(angles) => {
                 let x = random([1, 2, seq, 8], device);
                 let y = angles.try_apply(x).map(values);
@@ -352,7 +352,7 @@ fn positions_past_i32_answer_or_name_the_field(device: &Device) {
             },
         };
         let x = random([1, 2, 8], device);
-        match module.try_forward_with(x, AttentionInputs::new().with_positions(positions), None) {
+        match module.try_forward(x, AttentionInputs::new().with_positions(positions)) {
             Ok(y) => prop_assert!(all_finite(&floats(&y.into_data())), "non-finite output"),
             Err(error) => prop_assert!(names_a_field(&error), "{error}"),
         }
@@ -388,7 +388,7 @@ fn sizes_past_memory_answer_or_name_the_field(device: &Device) {
         }
         match RelativePositionBiasConfig::new(heads).with_num_buckets(len).try_init(device) {
             Ok(relative) => {
-                if let Err(error) = relative.try_bias(0, d_model, head_dim) {
+                if let Err(error) = relative.try_bias(0, d_model, 0, head_dim) {
                     prop_assert!(named(&error), "{error}");
                 }
             }
@@ -396,7 +396,7 @@ fn sizes_past_memory_answer_or_name_the_field(device: &Device) {
         }
         match AlibiConfig::new(heads).try_init(device) {
             Ok(alibi) => {
-                if let Err(error) = alibi.try_bias(d_model.min(len), len) {
+                if let Err(error) = alibi.try_bias(len - d_model.min(len), d_model.min(len), 0, len) {
                     prop_assert!(named(&error), "{error}");
                 }
             }

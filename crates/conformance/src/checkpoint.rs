@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use attention::AttentionInputs;
-use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer_from, load_relative_bias};
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use models::huggingface::{Checkpoint, HuggingFaceConfig, load_layer_from, load_relative_bias};
 use models::{GenerationConfig, ModelInputs, PositionIds};
 use serde_json::{Map, Value};
 
@@ -88,7 +88,7 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
         "t5" => Some(
             load_relative_bias(&config, &mut checkpoint, device)
                 .map_err(|e| e.to_string())?
-                .try_bias(0, seq, seq)
+                .try_bias(0, seq, 0, seq)
                 .map_err(|e| e.to_string())?,
         ),
         _ => None,
@@ -143,7 +143,7 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
             inputs = inputs.with_bias(bias.clone());
         }
         let got = attention
-            .try_forward_with(x, inputs, None)
+            .try_forward(x, inputs)
             .map_err(|e| format!("layer {index}: {e}"))?
             .into_data()
             .convert::<f64>()
@@ -228,7 +228,7 @@ fn check_whole_model(
     let output = model
         .try_forward(ids, inputs)
         .map_err(|e| format!("model: {e}"))?;
-    let field = match model.config().lm_head {
+    let field = match model.config().head.is_logits() {
         true => "logits",
         false => "last_hidden_state",
     };
@@ -240,7 +240,7 @@ fn check_whole_model(
     let token_rows: Vec<bool> = mask.iter().flatten().map(|&m| m == 1).collect();
     let mut max_error = compare(field, &got, &want.data, &token_rows, tolerance(field)?)?;
 
-    match (model.config().lm_head, reference.get("greedy")) {
+    match (model.config().head.is_logits(), reference.get("greedy")) {
         (true, Some(greedy)) => {
             let greedy = greedy.as_object().ok_or("greedy must be an object")?;
             if let Some(unknown) = greedy.keys().find(|k| !GREEDY_FIELDS.contains(&k.as_str())) {

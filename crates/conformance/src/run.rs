@@ -325,15 +325,14 @@ fn run_rope(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Sto
     let q = float::<4>(&case.tensor("q")?, &device)?.require_grad();
     let k = float::<4>(&case.tensor("k")?, &device)?.require_grad();
     let positions = case.tensor("positions")?;
-    let (q_out, k_out) =
-        rope.try_forward_at(q.clone(), k.clone(), int::<1>(&positions, &device)?)?;
+    let (q_out, k_out) = rope.try_forward(q.clone(), k.clone(), int::<1>(&positions, &device)?)?;
     let running_length = positions.data.iter().fold(0.0f64, |a, b| a.max(*b)) as usize + 1;
     let frequencies = rope.frequencies(running_length);
     check.tensor("q", q_out.to_data());
     check.tensor("k", k_out.to_data());
     // The same rotation by Burn's tensor ops, the reference of the fused kernels, held to the
     // same expected values.
-    let angles = rope.try_angles_at(int::<1>(&positions, &device)?)?;
+    let angles = rope.try_angles(int::<1>(&positions, &device)?, q.dims()[2])?;
     let q_reference = angles.try_apply_reference(q.clone())?;
     let k_reference = angles.try_apply_reference(k.clone())?;
     check.labelled("q (tensor ops)", "q", q_reference.to_data());
@@ -370,7 +369,19 @@ fn run_alibi(case: &Case, device: &Device, check: &mut Checker) -> Result<(), St
     let alibi = AlibiConfig::new(config_usize(config, "num_heads")?)
         .with_max_bias(config_f64(config, "max_bias", 8.0)?)
         .try_init(device)?;
-    let bias = alibi.try_bias(case.usize("q_len")?, case.usize("k_len")?)?;
+    // SCHEMA: the queries are the last `q_len` of the `k_len` key positions.
+    let (q_len, k_len) = (case.usize("q_len")?, case.usize("k_len")?);
+    let first_query = k_len.checked_sub(q_len).ok_or_else(|| {
+        Stop::from(positional::PositionalError::input(
+            "q_len",
+            q_len,
+            format!("must be at most k_len ({k_len}): queries sit at the last q_len key positions"),
+        ))
+    })?;
+    // `[1, heads, q_len, k_len]`; the cases hold `[heads, q_len, k_len]`.
+    let bias = alibi
+        .try_bias(first_query, q_len, 0, k_len)?
+        .squeeze_dim::<3>(0);
     check.tensor("slopes", alibi.slopes().into_data());
     check.tensor("bias", bias.into_data());
     Ok(())
@@ -461,7 +472,7 @@ fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<()
         Ok(inputs)
     };
     let input = float::<3>(&x, &device)?.require_grad();
-    let y = module.try_forward_with(input.clone(), inputs(0..seq)?, None)?;
+    let y = module.try_forward(input.clone(), inputs(0..seq)?)?;
     check.tensor_rows("y", "y", y.to_data(), real_rows.as_deref());
     if let Some(grad_y) = case.optional_tensor("grad_y")? {
         let row_weights = match &tokens {
@@ -479,16 +490,16 @@ fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<()
         let prefill = prefill as usize;
         let x = float::<3>(&x, &device)?;
         let mut cache = KvCache::new();
-        let mut pieces = vec![module.try_forward_with(
+        let mut pieces = vec![module.try_forward_cached(
             x.clone().narrow(1, 0, prefill),
             inputs(0..prefill)?,
-            Some(&mut cache),
+            &mut cache,
         )?];
         for t in prefill..seq {
-            pieces.push(module.try_forward_with(
+            pieces.push(module.try_forward_cached(
                 x.clone().narrow(1, t, 1),
                 inputs(t..t + 1)?,
-                Some(&mut cache),
+                &mut cache,
             )?);
         }
         let decoded = Tensor::cat(pieces, 1);

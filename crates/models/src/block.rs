@@ -26,6 +26,52 @@ pub enum BlockLayout {
     PostNorm,
 }
 
+/// The feed-forward half of a block.
+#[derive(Config, Debug)]
+pub enum FeedForwardConfig {
+    /// One MLP for every token.
+    Dense(MlpConfig),
+    /// Routed experts (gpt-oss).
+    Experts(MixtureOfExpertsConfig),
+}
+
+impl FeedForwardConfig {
+    fn validate(&self) -> Result<(), ModelError> {
+        match self {
+            Self::Dense(mlp) => mlp.validate(),
+            Self::Experts(experts) => experts.validate(),
+        }
+    }
+
+    fn try_init(&self, device: &Device) -> Result<FeedForward, ModelError> {
+        Ok(match self {
+            Self::Dense(mlp) => FeedForward::Dense(mlp.try_init(device)?),
+            Self::Experts(experts) => FeedForward::Experts(experts.try_init(device)?),
+        })
+    }
+}
+
+/// The feed-forward module of a [`Block`].
+#[derive(Module, Debug)]
+pub enum FeedForward {
+    /// One MLP for every token.
+    Dense(Mlp),
+    /// Routed experts.
+    Experts(MixtureOfExperts),
+}
+
+impl FeedForward {
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        match self {
+            Self::Dense(mlp) => mlp.forward(x),
+            Self::Experts(experts) => experts.forward(x),
+        }
+    }
+}
+
 /// Configuration of a [`Block`].
 #[derive(Config, Debug)]
 pub struct BlockConfig {
@@ -35,31 +81,16 @@ pub struct BlockConfig {
     pub layout: BlockLayout,
     /// Every norm of the block (they share kind and epsilon in every family).
     pub norm: NormConfig,
-    /// A dense feed-forward block; exactly one of `mlp` and `experts` is set.
-    #[config(default = "None")]
-    pub mlp: Option<MlpConfig>,
-    /// gpt-oss's routed experts.
-    #[config(default = "None")]
-    pub experts: Option<MixtureOfExpertsConfig>,
+    /// The feed-forward block.
+    pub feed_forward: FeedForwardConfig,
 }
 
 impl BlockConfig {
-    /// Checks every part, and that exactly one feed-forward block is configured.
+    /// Checks every part.
     pub fn validate(&self) -> Result<(), ModelError> {
         self.attention.validate()?;
         self.norm.validate()?;
-        match (&self.mlp, &self.experts) {
-            (Some(mlp), None) => mlp.validate()?,
-            (None, Some(experts)) => experts.validate()?,
-            (mlp, experts) => {
-                return Err(ModelError::config(
-                    "block.mlp",
-                    (mlp.is_some(), experts.is_some()),
-                    "exactly one of mlp and experts must be set",
-                ));
-            }
-        }
-        Ok(())
+        self.feed_forward.validate()
     }
 
     /// A block with Burn's default initialisation.
@@ -73,12 +104,7 @@ impl BlockConfig {
             feed_forward_norm: norm()?,
             post_attention_norm: sandwich.then(norm).transpose()?,
             post_feed_forward_norm: sandwich.then(norm).transpose()?,
-            mlp: self.mlp.as_ref().map(|c| c.try_init(device)).transpose()?,
-            experts: self
-                .experts
-                .as_ref()
-                .map(|c| c.try_init(device))
-                .transpose()?,
+            feed_forward: self.feed_forward.try_init(device)?,
             layout: self.layout,
         })
     }
@@ -97,23 +123,13 @@ pub struct Block {
     pub post_attention_norm: Option<Norm>,
     /// Gemma's norm of the feed-forward output (`Sandwich`).
     pub post_feed_forward_norm: Option<Norm>,
-    /// The dense feed-forward block.
-    pub mlp: Option<Mlp>,
-    /// gpt-oss's routed experts.
-    pub experts: Option<MixtureOfExperts>,
+    /// The feed-forward block.
+    pub feed_forward: FeedForward,
     #[module(skip)]
     pub(crate) layout: BlockLayout,
 }
 
 impl Block {
-    fn feed_forward(&self, x: Tensor<3>) -> Tensor<3> {
-        match (&self.mlp, &self.experts) {
-            (Some(mlp), _) => mlp.forward(x),
-            (None, Some(experts)) => experts.forward(x),
-            (None, None) => unreachable!("BlockConfig::validate requires a feed-forward block"),
-        }
-    }
-
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
@@ -123,11 +139,14 @@ impl Block {
         inputs: AttentionInputs,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor<3>, ModelError> {
-        let attend = |h: Tensor<3>| self.attention.try_forward_with(h, inputs, cache);
+        let attend = |h: Tensor<3>| match cache {
+            Some(cache) => self.attention.try_forward_cached(h, inputs, cache),
+            None => self.attention.try_forward(h, inputs),
+        };
         Ok(match self.layout {
             BlockLayout::PreNorm => {
                 let h = x.clone() + attend(self.attention_norm.forward(x))?;
-                h.clone() + self.feed_forward(self.feed_forward_norm.forward(h))
+                h.clone() + self.feed_forward.forward(self.feed_forward_norm.forward(h))
             }
             BlockLayout::Sandwich => {
                 let post = |norm: &Option<Norm>, y: Tensor<3>| match norm {
@@ -136,18 +155,22 @@ impl Block {
                 };
                 let attended = attend(self.attention_norm.forward(x.clone()))?;
                 let h = x + post(&self.post_attention_norm, attended);
-                let fed = self.feed_forward(self.feed_forward_norm.forward(h.clone()));
+                let fed = self
+                    .feed_forward
+                    .forward(self.feed_forward_norm.forward(h.clone()));
                 h + post(&self.post_feed_forward_norm, fed)
             }
             BlockLayout::ParallelResidual => {
                 let attended = attend(self.attention_norm.forward(x.clone()))?;
-                let fed = self.feed_forward(self.feed_forward_norm.forward(x.clone()));
+                let fed = self
+                    .feed_forward
+                    .forward(self.feed_forward_norm.forward(x.clone()));
                 x + attended + fed
             }
             BlockLayout::PostNorm => {
                 let h = self.attention_norm.forward(x.clone() + attend(x)?);
                 self.feed_forward_norm
-                    .forward(h.clone() + self.feed_forward(h))
+                    .forward(h.clone() + self.feed_forward.forward(h))
             }
         })
     }

@@ -91,7 +91,7 @@ impl Transformer {
         mut on_step: impl FnMut(Step<'_>),
     ) -> Result<Vec<Vec<u32>>, ModelError> {
         config.validate()?;
-        if !self.config.lm_head {
+        if !self.config.head.is_logits() {
             return Err(ModelError::input(
                 "model",
                 "encoder",
@@ -132,16 +132,13 @@ impl Transformer {
         let total = longest.checked_add(config.max_new_tokens).ok_or_else(|| {
             ModelError::config("max_new_tokens", config.max_new_tokens, "overflows usize")
         })?;
-        if let Some(table) = &self.positions
-            && total > table.max_sequence_length()
+        if let Some(max_len) = self.positions.as_ref().and_then(|p| p.max_len())
+            && total > max_len
         {
             return Err(ModelError::input(
                 "prompt length + max_new_tokens",
                 total,
-                format!(
-                    "must be at most the learned positions ({})",
-                    table.max_sequence_length()
-                ),
+                format!("must be at most the learned positions ({max_len})"),
             ));
         }
         if config.max_new_tokens == 0 {

@@ -28,12 +28,13 @@ pub mod error;
 pub mod experts;
 pub mod families;
 pub mod generate;
+pub mod huggingface;
 pub mod mlp;
 pub mod norm;
 pub mod sentence;
 pub mod transformer;
 
-pub use block::{Block, BlockConfig, BlockLayout};
+pub use block::{Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig};
 pub use error::ModelError;
 pub use experts::{MixtureOfExperts, MixtureOfExpertsConfig};
 pub use families::{architecture, from_checkpoint, from_pretrained};
@@ -44,5 +45,11 @@ pub use sentence::SentenceEmbedder;
 /// Hugging Face's tokenizers, as this crate reads `tokenizer.json`.
 pub use tokenizers;
 pub use transformer::{
-    ModelInputs, PositionIds, Transformer, TransformerConfig, positions_from_mask,
+    AbsolutePositions, AbsolutePositionsConfig, ModelInputs, OutputHead, PositionIds, Transformer,
+    TransformerConfig, check_token_ids, positions_from_mask,
 };
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

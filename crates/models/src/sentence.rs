@@ -31,7 +31,7 @@ impl SentenceEmbedder {
     pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Self, ModelError> {
         let dir = dir.as_ref();
         let model = from_pretrained(dir, device)?;
-        if model.config().lm_head {
+        if model.config().head.is_logits() {
             return Err(ModelError::input(
                 "dir",
                 dir,
@@ -114,7 +114,8 @@ impl SentenceEmbedder {
         let positions = model
             .positions
             .as_ref()
-            .map_or(usize::MAX, |p| p.max_sequence_length());
+            .and_then(|p| p.max_len())
+            .unwrap_or(usize::MAX);
         let max_seq_length = match read_json("sentence_bert_config.json")? {
             Some(config) => match config.get("max_seq_length") {
                 None | Some(Value::Null) => None,

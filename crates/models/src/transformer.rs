@@ -7,10 +7,11 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::{
-    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, device_ints, unallocatable,
+    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RotaryAngles,
+    RotaryEncoding, SinusoidalEncoding, SinusoidalEncodingConfig, device_ints, unallocatable,
 };
 
-use crate::block::{Block, BlockConfig};
+use crate::block::{Block, BlockConfig, FeedForwardConfig};
 use crate::error::{ModelError, or_panic};
 use crate::norm::{Norm, NormConfig};
 
@@ -25,6 +26,81 @@ pub enum PositionIds {
     Index,
 }
 
+/// Absolute positions, added to the token embeddings before the first block.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum AbsolutePositionsConfig {
+    /// A learned vector per position, `max_len` of them (GPT-2, BERT, MPT without ALiBi); none
+    /// past the table.
+    Learned {
+        /// Rows of the table.
+        max_len: usize,
+    },
+    /// Fixed sinusoids (Vaswani et al., 2017), at any position.
+    Sinusoidal,
+}
+
+/// The absolute position module of a [`Transformer`].
+#[derive(Module, Debug)]
+pub enum AbsolutePositions {
+    /// A learned table.
+    Learned(LearnedPositionalEmbedding),
+    /// Fixed sinusoids.
+    Sinusoidal(SinusoidalEncoding),
+}
+
+impl AbsolutePositions {
+    /// The number of positions this module can add: a learned table's rows; sinusoids have no
+    /// end (`None`).
+    pub fn max_len(&self) -> Option<usize> {
+        match self {
+            Self::Learned(table) => Some(table.max_sequence_length()),
+            Self::Sinusoidal(_) => None,
+        }
+    }
+
+    fn try_forward(
+        &self,
+        x: Tensor<3>,
+        positions: Option<Tensor<2, Int>>,
+        past: usize,
+    ) -> Result<Tensor<3>, ModelError> {
+        let positions = positions.map_or(Positions::Start(past), Positions::Ids);
+        Ok(match self {
+            Self::Learned(table) => table.try_forward(x, positions)?,
+            Self::Sinusoidal(sinusoids) => sinusoids.try_forward(x, positions)?,
+        })
+    }
+}
+
+/// What a [`Transformer`] computes after its last block.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum OutputHead {
+    /// Nothing: an encoder returns its last hidden state (BERT, T5's encoder).
+    Hidden,
+    /// Logits through the token embedding (`tie_word_embeddings`).
+    Tied,
+    /// Logits through a linear layer of its own.
+    Linear {
+        /// With a bias (the extrapolation study's decoders; no Hugging Face family here).
+        bias: bool,
+    },
+}
+
+impl OutputHead {
+    /// A language-model head: tied to the embeddings, or a linear layer without bias.
+    pub fn logits(tied: bool) -> Self {
+        match tied {
+            true => Self::Tied,
+            false => Self::Linear { bias: false },
+        }
+    }
+
+    /// Whether the model returns logits (a decoder) rather than hidden states.
+    pub fn is_logits(&self) -> bool {
+        !matches!(self, Self::Hidden)
+    }
+}
+
 /// Configuration of a [`Transformer`].
 #[derive(Config, Debug)]
 pub struct TransformerConfig {
@@ -34,19 +110,16 @@ pub struct TransformerConfig {
     pub d_model: usize,
     /// One entry per layer.
     pub blocks: Vec<BlockConfig>,
-    /// A decoder with an LM head returning logits; `false` for an encoder returning its last
-    /// hidden state.
-    #[config(default = true)]
-    pub lm_head: bool,
-    /// The LM head is the token embedding (`tie_word_embeddings`).
-    #[config(default = false)]
-    pub tied_embeddings: bool,
+    /// Logits (a decoder, its head tied or its own) or the last hidden state (an encoder).
+    #[config(default = "OutputHead::Linear { bias: false }")]
+    pub head: OutputHead,
     /// Token embeddings are multiplied by this (Gemma: `sqrt(d_model)`).
     #[config(default = "None")]
     pub embedding_scale: Option<f64>,
-    /// A learned absolute position table of this many positions (GPT-2, BERT, MPT without ALiBi).
+    /// Absolute positions added to the embeddings (GPT-2, BERT and MPT without ALiBi learn
+    /// them; the original transformer's are sinusoids).
     #[config(default = "None")]
-    pub learned_positions: Option<usize>,
+    pub absolute_positions: Option<AbsolutePositionsConfig>,
     /// Rows of a token-type table (BERT's segments); 0 for none.
     #[config(default = 0)]
     pub token_types: usize,
@@ -110,9 +183,9 @@ impl TransformerConfig {
                 ));
             }
         }
-        if self.learned_positions == Some(0) {
+        if let Some(AbsolutePositionsConfig::Learned { max_len: 0 }) = self.absolute_positions {
             return Err(ModelError::config(
-                "learned_positions",
+                "absolute_positions.max_len",
                 0,
                 "must be at least 1",
             ));
@@ -139,11 +212,13 @@ impl TransformerConfig {
         let tables = self
             .vocab_size
             .checked_add(self.token_types)?
-            .checked_add(self.learned_positions.unwrap_or(0))?
-            .checked_add(if self.lm_head && !self.tied_embeddings {
-                self.vocab_size
-            } else {
-                0
+            .checked_add(match self.absolute_positions {
+                Some(AbsolutePositionsConfig::Learned { max_len }) => max_len,
+                _ => 0,
+            })?
+            .checked_add(match self.head {
+                OutputHead::Linear { .. } => self.vocab_size,
+                OutputHead::Hidden | OutputHead::Tied => 0,
             })?
             .checked_mul(d)?;
         self.blocks.iter().try_fold(tables, |total, block| {
@@ -152,12 +227,11 @@ impl TransformerConfig {
             let widths = (attention.n_heads.checked_mul(2)?)
                 .checked_add(attention.kv_heads().checked_mul(2)?)?
                 .checked_mul(head_dim)?;
-            let mlp = match (&block.mlp, &block.experts) {
-                (Some(mlp), _) => mlp.d_ff.checked_mul(3)?,
-                (None, Some(experts)) => {
+            let mlp = match &block.feed_forward {
+                FeedForwardConfig::Dense(mlp) => mlp.d_ff.checked_mul(3)?,
+                FeedForwardConfig::Experts(experts) => {
                     experts.experts.checked_mul(experts.d_ff)?.checked_mul(3)?
                 }
-                (None, None) => 0,
             };
             total.checked_add(widths.checked_add(mlp)?.checked_mul(d)?)
         })
@@ -195,10 +269,17 @@ impl TransformerConfig {
         }
         Ok(Transformer {
             embedding: EmbeddingConfig::new(self.vocab_size, d).init(device),
-            positions: self
-                .learned_positions
-                .map(|len| LearnedPositionalEmbeddingConfig::new(len, d).try_init(device))
-                .transpose()?,
+            positions: match self.absolute_positions {
+                Some(AbsolutePositionsConfig::Learned { max_len }) => {
+                    Some(AbsolutePositions::Learned(
+                        LearnedPositionalEmbeddingConfig::new(max_len, d).try_init(device)?,
+                    ))
+                }
+                Some(AbsolutePositionsConfig::Sinusoidal) => Some(AbsolutePositions::Sinusoidal(
+                    SinusoidalEncodingConfig::new(d).try_init(device)?,
+                )),
+                None => None,
+            },
             token_types: (self.token_types > 0)
                 .then(|| EmbeddingConfig::new(self.token_types, d).init(device)),
             embedding_norm: self
@@ -206,21 +287,28 @@ impl TransformerConfig {
                 .as_ref()
                 .map(|c| c.try_init(device))
                 .transpose()?,
-            blocks: self
-                .blocks
-                .iter()
-                .map(|block| block.try_init(device))
-                .collect::<Result<_, _>>()?,
+            blocks: {
+                let mut blocks = self
+                    .blocks
+                    .iter()
+                    .map(|block| block.try_init(device))
+                    .collect::<Result<Vec<_>, _>>()?;
+                share_rope_tables(&mut blocks);
+                blocks
+            },
             final_norm: self
                 .final_norm
                 .as_ref()
                 .map(|c| c.try_init(device))
                 .transpose()?,
-            lm_head: (self.lm_head && !self.tied_embeddings).then(|| {
-                LinearConfig::new(d, self.vocab_size)
-                    .with_bias(false)
-                    .init(device)
-            }),
+            lm_head: match self.head {
+                OutputHead::Linear { bias } => Some(
+                    LinearConfig::new(d, self.vocab_size)
+                        .with_bias(bias)
+                        .init(device),
+                ),
+                OutputHead::Hidden | OutputHead::Tied => None,
+            },
             pooler: self.pooler.then(|| LinearConfig::new(d, d).init(device)),
             config: self.clone(),
         })
@@ -237,8 +325,9 @@ impl TransformerConfig {
 pub struct ModelInputs {
     /// `[batch, seq]`, true at padding.
     pub padding_mask: Option<Tensor<2, Bool>>,
-    /// `[batch, seq]` positions; derived as [`PositionIds`] says when absent.
-    pub positions: Option<Tensor<2, Int>>,
+    /// The tokens' positions (a start, or per-token ids `[batch or 1, seq]`); derived as
+    /// [`PositionIds`] says when absent.
+    pub positions: Option<Positions>,
     /// `[batch, seq]` token types (BERT's segments); all 0 when absent.
     pub token_types: Option<Tensor<2, Int>>,
 }
@@ -255,9 +344,9 @@ impl ModelInputs {
         self
     }
 
-    /// With explicit positions `[batch, seq]`.
-    pub fn with_positions(mut self, positions: Tensor<2, Int>) -> Self {
-        self.positions = Some(positions);
+    /// With explicit positions: a start, or per-token ids `[batch or 1, seq]`.
+    pub fn with_positions(mut self, positions: impl Into<Positions>) -> Self {
+        self.positions = Some(positions.into());
         self
     }
 
@@ -273,8 +362,8 @@ impl ModelInputs {
 pub struct Transformer {
     /// `[vocab_size, d_model]` token embeddings.
     pub embedding: Embedding,
-    /// Learned absolute positions, when the family has them.
-    pub positions: Option<LearnedPositionalEmbedding>,
+    /// Absolute positions, when the model adds them to the embeddings.
+    pub positions: Option<AbsolutePositions>,
     /// `[token_types, d_model]`, BERT's segment embeddings.
     pub token_types: Option<Embedding>,
     /// The norm of the embeddings (BLOOM, BERT).
@@ -283,7 +372,7 @@ pub struct Transformer {
     pub blocks: Vec<Block>,
     /// The norm after the last layer.
     pub final_norm: Option<Norm>,
-    /// `d_model -> vocab_size`, unless tied to the embeddings or an encoder.
+    /// `d_model -> vocab_size` ([`OutputHead::Linear`]).
     pub lm_head: Option<Linear>,
     /// BERT's pooler.
     pub pooler: Option<Linear>,
@@ -363,12 +452,7 @@ impl Transformer {
 
     /// Checks `ids` against the vocabulary: one reduction, read back.
     fn check_ids(&self, ids: &Tensor<2, Int>) -> Result<(), ModelError> {
-        Ok(attention::check_token_ids(
-            ids,
-            self.config.vocab_size,
-            "ids",
-            "ids.dims()",
-        )?)
+        check_token_ids(ids, self.config.vocab_size, "ids", "ids.dims()")
     }
 
     fn run(
@@ -390,9 +474,6 @@ impl Transformer {
             positions,
             token_types,
         } = inputs;
-        let positions = positions
-            .map(|positions| device_ints("positions", positions))
-            .transpose()?;
         let token_types = token_types
             .map(|types| device_ints("token_types", types))
             .transpose()?;
@@ -401,7 +482,6 @@ impl Transformer {
                 "padding_mask.dims()",
                 padding_mask.as_ref().map(|t| t.dims()),
             ),
-            ("positions.dims()", positions.as_ref().map(|t| t.dims())),
             ("token_types.dims()", token_types.as_ref().map(|t| t.dims())),
         ] {
             if let Some(dims) = dims
@@ -428,6 +508,12 @@ impl Transformer {
                 format!("must equal the batch the caches were filled with ({rows})"),
             ));
         }
+        // Positions that are the token indices need no ids; any others become one per token.
+        let positions = match positions {
+            None => None,
+            Some(Positions::Start(start)) if start == past => None,
+            Some(positions) => Some(positions.try_into_ids("positions", batch, seq, &device)?),
+        };
         let positions = match (positions, self.config.positions) {
             (Some(positions), _) => Some(positions),
             (None, PositionIds::FromMask) if padding_mask.is_some() || seen.is_some() => {
@@ -443,11 +529,8 @@ impl Transformer {
         if let Some(scale) = self.config.embedding_scale {
             x = x * scale;
         }
-        if let Some(table) = &self.positions {
-            x = match &positions {
-                Some(positions) => table.try_forward_at(x, positions.clone())?,
-                None => table.try_forward(x, past)?,
-            };
+        if let Some(absolute) = &self.positions {
+            x = absolute.try_forward(x, positions.clone(), past)?;
         }
         if let Some(table) = &self.token_types {
             let types = token_types.unwrap_or_else(|| Tensor::zeros([batch, seq], &device));
@@ -462,15 +545,19 @@ impl Transformer {
                 let relative = self.blocks[0].attention.relative.as_ref().ok_or_else(|| {
                     ModelError::config("shared_relative_bias", true, "no relative bias in layer 0")
                 })?;
-                Some(relative.try_bias(0, seq, seq)?)
+                Some(relative.try_bias(0, seq, 0, seq)?)
             }
             false => None,
         };
         // Only RoPE, ALiBi and the relative bias read positions inside attention; a learned
         // table has already added them.
         let attention_positions = positions.filter(|_| self.positions.is_none());
+        let rotary = self.rotary_angles(attention_positions.as_ref(), past, seq)?;
         for (i, block) in self.blocks.iter().enumerate() {
             let mut attention_inputs = AttentionInputs::new();
+            if let Some(angles) = &rotary[i] {
+                attention_inputs = attention_inputs.with_rotary_angles(angles.clone());
+            }
             if let Some(mask) = &padding_mask {
                 attention_inputs = attention_inputs.with_padding_mask(mask.clone());
             }
@@ -488,17 +575,69 @@ impl Transformer {
         if let Some(norm) = &self.final_norm {
             x = norm.forward(x);
         }
-        if !self.config.lm_head {
-            return Ok(x);
-        }
-        let mut logits = match &self.lm_head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+        let mut logits = match (self.config.head, &self.lm_head) {
+            (OutputHead::Hidden, _) => return Ok(x),
+            (_, Some(head)) => head.forward(x),
+            (_, None) => x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
         };
         if let Some(cap) = self.config.final_softcap {
             logits = (logits / cap).tanh() * cap;
         }
         Ok(logits)
+    }
+}
+
+impl Transformer {
+    /// RoPE's angles for this call, per layer: computed once per distinct RoPE setting (one per
+    /// layer type), so the positions are read and the tables looked up once, not per layer.
+    fn rotary_angles(
+        &self,
+        positions: Option<&Tensor<2, Int>>,
+        past: usize,
+        seq: usize,
+    ) -> Result<Vec<Option<RotaryAngles>>, ModelError> {
+        let mut computed: Vec<(&RotaryEncoding, RotaryAngles)> = Vec::new();
+        let mut per_layer = Vec::with_capacity(self.blocks.len());
+        for block in &self.blocks {
+            let Some(rope) = &block.attention.rope else {
+                per_layer.push(None);
+                continue;
+            };
+            let known = computed
+                .iter()
+                .find(|(other, _)| other.config() == rope.config());
+            let angles = match known {
+                Some((_, angles)) => angles.clone(),
+                None => {
+                    let angles = match positions {
+                        Some(ids) => rope.try_angles(ids.clone(), seq)?,
+                        None => rope.try_angles(past, seq)?,
+                    };
+                    computed.push((rope, angles.clone()));
+                    angles
+                }
+            };
+            per_layer.push(Some(angles));
+        }
+        Ok(per_layer)
+    }
+}
+
+/// One RoPE module per distinct setting, cloned into every layer that has it: the layers share
+/// its cos/sin tables (up to 8 MiB each) instead of holding a copy each.
+pub(crate) fn share_rope_tables(blocks: &mut [Block]) {
+    let mut distinct: Vec<RotaryEncoding> = Vec::new();
+    for block in blocks {
+        let Some(rope) = &mut block.attention.rope else {
+            continue;
+        };
+        match distinct
+            .iter()
+            .find(|other| other.config() == rope.config())
+        {
+            Some(shared) => *rope = shared.clone(),
+            None => distinct.push(rope.clone()),
+        }
     }
 }
 
@@ -524,6 +663,42 @@ fn positions_after(
     .clamp_min(0)
 }
 
+/// Checks token ids before an embedding looks them up: at least one token in at least one row,
+/// every id in `0..vocab_size` (an id outside it would index past the table: a panic on some
+/// backends, garbage on others). One min/max reduction, read back. `name` and `dims_name` are
+/// what the errors call the ids and their shape.
+///
+/// # Shapes
+/// - `ids`: `[batch, seq]`
+pub fn check_token_ids(
+    ids: &Tensor<2, Int>,
+    vocab_size: usize,
+    name: &'static str,
+    dims_name: &'static str,
+) -> Result<(), ModelError> {
+    let [batch, seq] = ids.dims();
+    if batch == 0 || seq == 0 {
+        return Err(ModelError::input(
+            dims_name,
+            [batch, seq],
+            "must hold at least one token in at least one row",
+        ));
+    }
+    let (smallest, largest) = positional::int_bounds(name, ids)?;
+    let vocab = vocab_size as i64;
+    match [smallest, largest]
+        .into_iter()
+        .find(|id| !(0..vocab).contains(id))
+    {
+        Some(id) => Err(ModelError::input(
+            name,
+            id,
+            format!("token ids must lie in 0..vocab_size (0..{vocab})"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Token types must index the table: checked on the host (one read of a small tensor).
 fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, ModelError> {
     let (smallest, largest) = positional::int_bounds("token_types", &types)?;
@@ -539,8 +714,8 @@ fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, M
 
 #[cfg(test)]
 mod tests {
-    use attention::MultiHeadAttentionConfig;
-    use positional::testing::for_each_backend;
+    use attention::{MultiHeadAttentionConfig, PositionalScheme};
+    use positional::testing::{assert_close, floats, for_each_backend};
 
     use super::*;
     use crate::mlp::{Activation, MlpConfig};
@@ -552,10 +727,8 @@ mod tests {
             MultiHeadAttentionConfig::new(d, 2).with_n_kv_heads(Some(1)),
             crate::block::BlockLayout::PreNorm,
             NormConfig::new(d, NormKind::Rms, 1e-6),
-        )
-        .with_mlp(Some(
-            MlpConfig::new(d, 8, Activation::Silu).with_gated(true),
-        ));
+            FeedForwardConfig::Dense(MlpConfig::new(d, 8, Activation::Silu).with_gated(true)),
+        );
         TransformerConfig::new(vocab_size, d, vec![block; layers])
     }
 
@@ -580,4 +753,81 @@ mod tests {
         assert!(config(10, 2).try_init(device).is_ok());
     }
     for_each_backend!(sizes_past_memory_are_named);
+
+    /// The angles a model computes once per RoPE setting and shares between layers give what
+    /// each layer computes for itself: two settings (two thetas) interleaved with a NoPE layer,
+    /// from index positions, from per-token positions and through the cache.
+    fn shared_rotary_angles_equal_each_layer_s_own(device: &Device) {
+        let d = 8;
+        let block = |theta: Option<f64>| {
+            let positional = match theta {
+                Some(theta) => PositionalScheme::Rope(
+                    positional::RotaryEncodingConfig::new(4).with_theta(theta),
+                ),
+                None => PositionalScheme::None,
+            };
+            BlockConfig::new(
+                MultiHeadAttentionConfig::new(d, 2)
+                    .with_causal(true)
+                    .with_positional(positional),
+                crate::block::BlockLayout::PreNorm,
+                NormConfig::new(d, NormKind::Rms, 1e-6),
+                FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
+            )
+        };
+        let thetas = [Some(1e4), Some(1e6), None, Some(1e4)];
+        let model = TransformerConfig::new(12, d, thetas.map(block).to_vec())
+            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
+            .init(device);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
+        let positions =
+            Tensor::<2, Int>::from_data([[0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 9, 4]], device);
+        let layer_by_layer = |positions: Option<Tensor<2, Int>>| {
+            let mut x = model.embedding.forward(ids.clone());
+            for block in &model.blocks {
+                let mut inputs = AttentionInputs::new();
+                if let Some(positions) = &positions {
+                    inputs = inputs.with_positions(positions.clone());
+                }
+                x = block.try_forward(x, inputs, None).unwrap();
+            }
+            let x = model.final_norm.as_ref().unwrap().forward(x);
+            model.lm_head.as_ref().unwrap().forward(x)
+        };
+        let shared = model.forward(ids.clone(), ModelInputs::new());
+        let want = floats(&layer_by_layer(None).into_data());
+        assert_close(&shared.into_data(), &want, 1e-5);
+        let shared = model.forward(
+            ids.clone(),
+            ModelInputs::new().with_positions(positions.clone()),
+        );
+        let want = floats(&layer_by_layer(Some(positions)).into_data());
+        assert_close(&shared.clone().into_data(), &want, 1e-5);
+
+        let full = floats(&model.forward(ids.clone(), ModelInputs::new()).into_data());
+        let mut caches = model.new_caches();
+        let prefill = model
+            .try_forward_cached(ids.clone().narrow(1, 0, 4), ModelInputs::new(), &mut caches)
+            .unwrap();
+        let step = model
+            .try_forward_cached(ids.clone().narrow(1, 4, 2), ModelInputs::new(), &mut caches)
+            .unwrap();
+        assert_close(
+            &Tensor::cat(vec![prefill, step], 1).into_data(),
+            &full,
+            1e-5,
+        );
+        // Sharing the tables kept each layer its own setting.
+        let rope = |i: usize| {
+            model.blocks[i]
+                .attention
+                .rope
+                .as_ref()
+                .unwrap()
+                .config()
+                .theta
+        };
+        assert_eq!([rope(0), rope(1), rope(3)], [1e4, 1e6, 1e4]);
+    }
+    for_each_backend!(shared_rotary_angles_equal_each_layer_s_own);
 }

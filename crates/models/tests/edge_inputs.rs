@@ -15,8 +15,8 @@
 use std::path::PathBuf;
 
 use attention::PositionalScheme;
-use attention::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_learned_positions};
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData, bf16, f16};
+use models::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_learned_positions};
 use models::{ModelInputs, Transformer, architecture, from_checkpoint, from_pretrained};
 use positional::RopeScaling;
 use positional::testing::{edge_integer, floats, for_each_backend, names_a_field, proptest_config};

@@ -261,7 +261,7 @@ fn records_round_trip(device: &Device) {
     for family in ["gemma3", "bert", "t5", "phi3"] {
         let dir = checkpoint(family);
         let model = from_pretrained(&dir, device).unwrap();
-        let config = attention::huggingface::HuggingFaceConfig::from_dir(&dir).unwrap();
+        let config = models::huggingface::HuggingFaceConfig::from_dir(&dir).unwrap();
         let mut architecture = models::architecture(&config).unwrap();
         architecture.pooler = model.pooler.is_some();
         let file = std::env::temp_dir().join(format!(

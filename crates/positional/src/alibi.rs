@@ -10,9 +10,10 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{PositionalError, check_f32_size, or_panic, unallocatable_on_host};
 use crate::ints::{device_ints, int_extremes, int_max};
+use crate::positions::Positions;
 
-/// The largest key count of [`Alibi::try_bias`]: every integer up to 2^24 is exact in f32, in
-/// which the distances are multiplied by the slopes.
+/// The largest distance of [`Alibi::try_bias`] between positions given as starts: every integer
+/// up to 2^24 is exact in f32, in which the distances are multiplied by the slopes.
 const MAX_DISTANCE: usize = 1 << 24;
 
 /// Configuration of [`Alibi`].
@@ -123,32 +124,84 @@ impl Alibi {
         self.slopes.clone()
     }
 
-    /// The bias `-slope_h * |q_pos_i - j|` to add to attention scores.
+    /// The bias `-slope_h * |q_pos - k_pos|` to add to attention scores, for `q_len` queries at
+    /// `queries` and `k_len` keys at `keys`: each a start (`start ..`) or per-token positions
+    /// `[batch or 1, len]` (BLOOM's positions counted over the tokens of a padded row,
+    /// `cumsum(mask) - 1`).
     ///
-    /// Queries sit at the last `q_len` of the `k_len` key positions (`q_pos_i = k_len - q_len + i`),
-    /// so one decoding step over a cache of `k_len - 1` keys is `q_len = 1`.
+    /// A prefill of `n` tokens is `bias(0, n, 0, n)`; one decoding step over a cache of `n - 1`
+    /// keys is `bias(n - 1, 1, 0, n)`.
     ///
     /// # Shapes
-    /// - output: `[n_heads, q_len, k_len]`; `unsqueeze` it to `[1, n_heads, q_len, k_len]` to add to
-    ///   the `[batch, heads, q, k]` scores of `burn::tensor::module::attention`.
-    pub fn try_bias(&self, q_len: usize, k_len: usize) -> Result<Tensor<3>, PositionalError> {
-        if q_len == 0 {
-            return Err(PositionalError::input("q_len", q_len, "must be at least 1"));
-        }
-        if q_len > k_len {
+    /// - output: `[batch or 1, n_heads, q_len, k_len]`, to add to the `[batch, heads, q, k]`
+    ///   scores of `burn::tensor::module::attention`.
+    pub fn try_bias(
+        &self,
+        queries: impl Into<Positions>,
+        q_len: usize,
+        keys: impl Into<Positions>,
+        k_len: usize,
+    ) -> Result<Tensor<4>, PositionalError> {
+        if q_len == 0 || k_len == 0 {
             return Err(PositionalError::input(
-                "q_len",
-                q_len,
-                format!(
-                    "must be at most k_len ({k_len}): queries sit at the last q_len key positions"
-                ),
+                "[q_len, k_len]",
+                [q_len, k_len],
+                "must hold at least one query and one key",
             ));
         }
-        if k_len > MAX_DISTANCE {
+        match (queries.into(), keys.into()) {
+            (Positions::Start(queries), Positions::Start(keys)) => {
+                self.bias_from(queries, q_len, keys, k_len)
+            }
+            (queries, keys) => {
+                let batch = Positions::batch_of(&[&queries, &keys]);
+                let device = self.slopes.device();
+                let queries = queries.try_into_ids("query_positions", batch, q_len, &device)?;
+                let keys = keys.try_into_ids("key_positions", batch, k_len, &device)?;
+                self.bias_at(queries, keys)
+            }
+        }
+    }
+
+    /// Panicking form of [`try_bias`](Self::try_bias).
+    ///
+    /// # Shapes
+    /// - output: `[batch or 1, n_heads, q_len, k_len]`
+    pub fn bias(
+        &self,
+        queries: impl Into<Positions>,
+        q_len: usize,
+        keys: impl Into<Positions>,
+        k_len: usize,
+    ) -> Tensor<4> {
+        or_panic(self.try_bias(queries, q_len, keys, k_len))
+    }
+
+    /// The bias of queries at `first_query ..` against keys at `first_key ..`, from two ranges
+    /// on the device: no positions are read or sent.
+    fn bias_from(
+        &self,
+        first_query: usize,
+        q_len: usize,
+        first_key: usize,
+        k_len: usize,
+    ) -> Result<Tensor<4>, PositionalError> {
+        // Every distance is `offset + i - j`; the largest in size are at the corners.
+        let offset = first_query as i128 - first_key as i128;
+        let farthest = (offset + q_len as i128 - 1)
+            .abs()
+            .max((offset - (k_len as i128 - 1)).abs());
+        if farthest > MAX_DISTANCE as i128 {
             return Err(PositionalError::input(
-                "k_len",
-                k_len,
-                "must be at most 2^24: distances are exact in f32 up to there",
+                "positions",
+                format!(
+                    "queries from {first_query}, keys from {first_key} to {}",
+                    first_key as u128 + k_len as u128 - 1
+                ),
+                format!(
+                    "a query and a key must lie at most 2^24 apart ({farthest} here): distances \
+                     are exact in f32 up to there"
+                ),
             ));
         }
         let heads = self.config.n_heads;
@@ -158,31 +211,18 @@ impl Alibi {
             &self.slopes.device(),
         )?;
         let device = self.slopes.device();
-        let first_query = (k_len - q_len) as i64;
-        let query_positions = Tensor::<1, Int>::arange(first_query..k_len as i64, &device).float();
-        let key_positions = Tensor::<1, Int>::arange(0..k_len as i64, &device).float();
-        let distance =
-            (query_positions.unsqueeze_dim::<2>(1) - key_positions.unsqueeze_dim::<2>(0)).abs();
-        let slopes = self.slopes.clone().reshape([self.config.n_heads, 1, 1]);
-        Ok(slopes.neg() * distance.unsqueeze_dim::<3>(0))
+        let query_index = Tensor::<1, Int>::arange(0..q_len as i64, &device).float();
+        let key_index = Tensor::<1, Int>::arange(0..k_len as i64, &device).float();
+        // |offset| <= 2^24 here, so the offset and every sum are exact in f32.
+        let distance = (query_index.unsqueeze_dim::<2>(1) - key_index.unsqueeze_dim::<2>(0))
+            .add_scalar(offset as f64)
+            .abs();
+        let slopes = self.slopes.clone().reshape([1, heads, 1, 1]);
+        Ok(slopes.neg() * distance.unsqueeze::<4>())
     }
 
-    /// Panicking form of [`try_bias`](Self::try_bias).
-    ///
-    /// # Shapes
-    /// - output: `[n_heads, q_len, k_len]`
-    pub fn bias(&self, q_len: usize, k_len: usize) -> Tensor<3> {
-        or_panic(self.try_bias(q_len, k_len))
-    }
-
-    /// The bias `-slope_h * |q_pos[b, i] - k_pos[b, j]|` for explicit positions per batch row,
-    /// e.g. BLOOM's positions counted over the tokens of a padded row (`cumsum(mask) - 1`).
-    ///
-    /// # Shapes
-    /// - `query_positions`: `[batch, q_len]`
-    /// - `key_positions`: `[batch, k_len]`
-    /// - output: `[batch, n_heads, q_len, k_len]`
-    pub fn try_bias_at(
+    /// `-slope_h * |q_pos[b, i] - k_pos[b, j]|` for per-token positions.
+    fn bias_at(
         &self,
         query_positions: Tensor<2, Int>,
         key_positions: Tensor<2, Int>,
@@ -300,7 +340,7 @@ mod tests {
         // Row 0 counts every index; row 1 skips its first two (padding) and a gap at index 3.
         let queries = Tensor::<2, Int>::from_data([[2, 3], [0, 1]], device);
         let keys = Tensor::<2, Int>::from_data([[0, 1, 2, 3], [0, 0, 0, 1]], device);
-        let bias = alibi.try_bias_at(queries, keys).unwrap();
+        let bias = alibi.try_bias(queries, 2, keys, 4).unwrap();
         assert_eq!(bias.dims(), [2, 2, 2, 4]);
         let slopes = alibi_slopes(2, 8.0);
         let mut want = Vec::new();
@@ -319,14 +359,21 @@ mod tests {
 
     fn decode_step_bias_is_last_row(device: &Device) {
         let alibi = AlibiConfig::new(2).init(device);
-        let full = alibi.bias(4, 4).into_data().try_to_vec::<f32>().unwrap();
-        let step = alibi.bias(1, 4).into_data();
+        let full = alibi
+            .bias(0, 4, 0, 4)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let step = alibi.bias(3, 1, 0, 4).into_data();
         // Row 3 of each head of the full square.
         let want: Vec<f32> = [&full[12..16], &full[28..32]].concat();
         assert_close(&step, &want, 0.0);
         // Two heads with max_bias 8 have slopes 2^-4 and 2^-8.
         let want = [-0.125, -0.0625, 0.0, -0.0078125, -0.00390625, 0.0];
-        assert_close(&alibi.bias(1, 3).into_data(), &want, 1e-9);
+        assert_close(&alibi.bias(2, 1, 0, 3).into_data(), &want, 1e-9);
+        // A start and per-token positions that say the same give the same bias.
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(vec![2i64], [1, 1]), device);
+        assert_close(&alibi.bias(ids, 1, 0, 3).into_data(), &want, 1e-9);
     }
     for_each_backend!(decode_step_bias_is_last_row);
 
@@ -353,19 +400,23 @@ mod tests {
 
     fn bad_lengths_are_errors(device: &Device) {
         let alibi = AlibiConfig::new(4).init(device);
-        let err = alibi.try_bias(5, 3).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("invalid input: `q_len` = 5: must be at most k_len (3)"),
-            "{err}"
-        );
-        assert!(alibi.try_bias(0, 3).is_err());
-        // Past 2^24 keys f32 distances round; the check comes before anything is allocated.
-        let err = alibi.try_bias(1, (1 << 24) + 1).unwrap_err().to_string();
-        assert!(
-            err.contains("`k_len` = 16777217: must be at most 2^24"),
-            "{err}"
-        );
+        let err = alibi.try_bias(0, 0, 0, 3).unwrap_err().to_string();
+        assert!(err.contains("`[q_len, k_len]` = [0, 3]"), "{err}");
+        // Past 2^24 apart f32 distances round; the check comes before anything is allocated.
+        let err = alibi
+            .try_bias(0, 1, 0, (1 << 24) + 2)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 2^24 apart (16777217 here)"), "{err}");
+        let err = alibi
+            .try_bias((1 << 24) + 1, 1, 0, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 2^24 apart (16777217 here)"), "{err}");
+        // Ids whose length is not the one given.
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(vec![0i64, 1], [1, 2]), device);
+        let err = alibi.try_bias(ids, 3, 0, 3).unwrap_err().to_string();
+        assert!(err.contains("`query_positions` = \"dims [1, 2]\""), "{err}");
     }
     for_each_backend!(bad_lengths_are_errors);
 
@@ -374,7 +425,7 @@ mod tests {
         proptest!(ProptestConfig::with_cases(24), |(n_heads in 1usize..20, q_len in 1usize..8, extra in 0usize..8)| {
             let k_len = q_len + extra;
             let alibi = AlibiConfig::new(n_heads).init(device);
-            let bias = crate::testing::floats(&alibi.bias(q_len, k_len).into_data());
+            let bias = crate::testing::floats(&alibi.bias(k_len - q_len, q_len, 0, k_len).into_data());
             for h in 0..n_heads {
                 for i in 0..q_len {
                     let query = (k_len - q_len + i) as i64;
@@ -410,7 +461,7 @@ mod tests {
             (largest, -2),
         ] {
             let err = alibi
-                .try_bias_at(at(query), at(key))
+                .try_bias(at(query), 1, at(key), 1)
                 .unwrap_err()
                 .to_string();
             assert!(
@@ -421,7 +472,7 @@ mod tests {
             );
         }
         for (query, key) in [(largest, 0), (0, largest), (-largest, 0)] {
-            let bias = alibi.try_bias_at(at(query), at(key)).unwrap();
+            let bias = alibi.try_bias(at(query), 1, at(key), 1).unwrap();
             let want: Vec<f32> = alibi_slopes(2, 8.0)
                 .iter()
                 .map(|slope| (-slope * largest as f64) as f32)

@@ -6,6 +6,7 @@ use burn::module::{Initializer, Module, Param};
 use burn::tensor::{Device, Int, Tensor};
 
 use crate::error::{PositionalError, or_panic, unallocatable};
+use crate::positions::Positions;
 
 /// Configuration of a [`LearnedPositionalEmbedding`].
 #[derive(Config, Debug)]
@@ -95,17 +96,31 @@ pub struct LearnedPositionalEmbedding {
 }
 
 impl LearnedPositionalEmbedding {
-    /// Returns `x + weight[offset .. offset + seq]`.
+    /// Returns `x` plus the trained vector of each token's position: `weight[start .. start +
+    /// seq]` for [`Positions::Start`], one gathered row per token for [`Positions::Ids`] (so that
+    /// the gradient reaches the rows used).
     ///
-    /// `offset + seq > max_sequence_length` is an error: there is no trained vector to add.
-    ///
-    /// On flex and ndarray the rows are added in one pass, into `x`'s own memory when the call
-    /// holds `x` alone.
+    /// A position at or past `max_sequence_length` is an error: there is no trained vector to add.
+    /// Per-token positions are checked against the table on the host (one reduction, read back).
+    /// On flex and ndarray the rows of a start offset are added in one pass, into `x`'s own memory
+    /// when the call holds `x` alone.
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
+    /// - `positions`: a start, or `[batch, seq]`
     /// - output: `[batch, seq, d_model]`
-    pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
+    pub fn try_forward(
+        &self,
+        x: Tensor<3>,
+        positions: impl Into<Positions>,
+    ) -> Result<Tensor<3>, PositionalError> {
+        match positions.into() {
+            Positions::Start(offset) => self.forward_from(x, offset),
+            Positions::Ids(ids) => self.forward_at(x, ids),
+        }
+    }
+
+    fn forward_from(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
         let [max_sequence_length, d_model] = self.weight.dims();
         let [batch, seq, width] = x.dims();
         if width != d_model {
@@ -131,22 +146,14 @@ impl LearnedPositionalEmbedding {
         if seq == 0 {
             return Ok(x);
         }
-        Ok(crate::position_rows::add_position_rows(
+        Ok(crate::kernels::position_rows::add_position_rows(
             x,
             self.weight.val(),
             offset,
         ))
     }
 
-    /// Adds the rows at explicit positions `[batch, seq]` (a left-padded batch's `cumsum(mask) -
-    /// 1`, say): one gather from the table, so the gradient reaches the rows used. Positions are
-    /// checked against the table on the host (one reduction, read back).
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, seq, d_model]`
-    /// - `positions`: `[batch, seq]`
-    /// - output: `[batch, seq, d_model]`
-    pub fn try_forward_at(
+    fn forward_at(
         &self,
         x: Tensor<3>,
         positions: Tensor<2, Int>,
@@ -196,8 +203,8 @@ impl LearnedPositionalEmbedding {
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
-    pub fn forward(&self, x: Tensor<3>, offset: usize) -> Tensor<3> {
-        or_panic(self.try_forward(x, offset))
+    pub fn forward(&self, x: Tensor<3>, positions: impl Into<Positions>) -> Tensor<3> {
+        or_panic(self.try_forward(x, positions))
     }
 
     /// Number of positions that have an embedding.
@@ -232,7 +239,7 @@ mod tests {
         let positions =
             Tensor::<2, Int>::from_data(TensorData::new(vec![0i64, 0, 3, 1], [2, 2]), device);
         let y = embedding
-            .try_forward_at(Tensor::zeros([2, 2, 3], device), positions)
+            .try_forward(Tensor::zeros([2, 2, 3], device), positions)
             .unwrap();
         let want = [
             1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 4.0, 5.0, 6.0,
@@ -240,7 +247,7 @@ mod tests {
         assert_close(&y.into_data(), &want, 0.0);
         let past = Tensor::<2, Int>::from_data(TensorData::new(vec![4i64], [1, 1]), device);
         let err = embedding
-            .try_forward_at(Tensor::zeros([1, 1, 3], device), past)
+            .try_forward(Tensor::zeros([1, 1, 3], device), past)
             .unwrap_err()
             .to_string();
         assert!(err.contains("`positions` = (4, 4)"), "{err}");

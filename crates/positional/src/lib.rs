@@ -29,21 +29,21 @@
 //! let norm = |t: Tensor<4>| t.powi_scalar(2).sum().into_scalar::<f32>();
 //! assert!((norm(q_rotated) - norm(q)).abs() < 1e-2);
 //!
-//! // ALiBi: a bias [heads, q_len, k_len] for attention scores; one decoding step is q_len = 1.
+//! // ALiBi: a bias [1, heads, q_len, k_len] for attention scores; one decoding step over 9
+//! // cached keys is one query at position 9 against keys 0..10.
 //! let alibi = AlibiConfig::new(8).init(&device);
-//! assert_eq!(alibi.bias(1, 10).dims(), [8, 1, 10]);
-//! assert!(alibi.try_bias(11, 10).is_err());
+//! assert_eq!(alibi.bias(9, 1, 0, 10).dims(), [1, 8, 1, 10]);
+//! assert!(alibi.try_bias(0, 0, 0, 10).is_err());
 //! ```
 
 pub mod alibi;
 pub mod error;
 mod ints;
+mod kernels;
 pub mod learned;
-mod position_rows;
+mod positions;
 pub mod relative;
 pub mod rope;
-#[cfg(any(feature = "flex", feature = "ndarray", feature = "tch"))]
-mod row_tasks;
 pub mod sinusoidal;
 
 #[cfg(any(test, feature = "testing"))]
@@ -51,9 +51,15 @@ pub mod sinusoidal;
 pub mod testing;
 
 pub use alibi::{Alibi, AlibiConfig, alibi_slopes};
-pub use error::{PositionalError, is_normal_f32, unallocatable, unallocatable_on_host};
+pub use error::PositionalError;
+// Helpers the workspace's crates share (size and range checks, integer tensors in the device's
+// type): not part of the public API, and free to change.
+#[doc(hidden)]
+pub use error::{is_normal_f32, unallocatable, unallocatable_on_host};
+#[doc(hidden)]
 pub use ints::{device_ints, int_bounds, int_dtype_range, int_extremes, int_max, try_ints};
 pub use learned::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
+pub use positions::Positions;
 pub use relative::{RelativePositionBias, RelativePositionBiasConfig};
 pub use rope::{
     RopeFrequencies, RopeLayout, RopeScaling, RotaryAngles, RotaryEncoding, RotaryEncodingConfig,
@@ -67,6 +73,7 @@ mod cross_backend_tests {
     use burn::tensor::{Tensor, TensorData};
 
     use super::*;
+    use crate::rope::RotateFrom;
     use crate::testing::{devices, floats};
 
     fn input(shape: [usize; 3]) -> TensorData {
@@ -101,7 +108,7 @@ mod cross_backend_tests {
                 .with_layout(RopeLayout::Interleaved)
                 .init(device)
                 .apply(x4, 9);
-            let alibi = AlibiConfig::new(6).init(device).bias(3, 7);
+            let alibi = AlibiConfig::new(6).init(device).bias(4, 3, 0, 7);
             [
                 sinusoidal.into_data(),
                 learned.into_data(),
@@ -132,3 +139,8 @@ mod cross_backend_tests {
         }
     }
 }
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;

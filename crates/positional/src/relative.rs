@@ -14,6 +14,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use crate::error::{
     PositionalError, check_f32_size, or_panic, unallocatable, unallocatable_on_host,
 };
+use crate::positions::Positions;
 
 /// Configuration of [`RelativePositionBias`]. The defaults are T5's.
 #[derive(Config, Debug)]
@@ -166,6 +167,51 @@ impl RelativePositionBiasConfig {
 
 /// `positions` on the host, or an error naming them when this machine cannot hold them (a
 /// length from the caller, which `collect` would abort on).
+/// The rows of `len` positions on the host: one for a start, one per batch row for per-token
+/// positions (read back).
+fn host_rows(
+    positions: Positions,
+    input: &'static str,
+    len: usize,
+) -> Result<Vec<Vec<i64>>, PositionalError> {
+    match positions {
+        Positions::Start(start) => {
+            let end = start
+                .checked_add(len)
+                .filter(|&end| i64::try_from(end).is_ok())
+                .ok_or_else(|| {
+                    PositionalError::input(
+                        input,
+                        start,
+                        format!("+ {len} must be at most i64::MAX"),
+                    )
+                })?;
+            Ok(vec![positions_vec(start as i64..end as i64)?])
+        }
+        Positions::Ids(ids) => {
+            let [batch, ids_len] = ids.dims();
+            if ids_len != len {
+                return Err(PositionalError::input(
+                    input,
+                    format!("dims {:?}", ids.dims()),
+                    format!("must be [batch or 1, len] with len = {len}"),
+                ));
+            }
+            let values = ids
+                .try_into_data()
+                .map_err(|e| PositionalError::input(input, format!("{e:?}"), "must be readable"))?
+                .convert::<i64>()
+                .try_into_vec::<i64>()
+                .map_err(|e| {
+                    PositionalError::input(input, format!("{e:?}"), "must be readable as i64")
+                })?;
+            Ok((0..batch)
+                .map(|b| values[b * len..(b + 1) * len].to_vec())
+                .collect())
+        }
+    }
+}
+
 fn positions_vec(positions: std::ops::Range<i64>) -> Result<Vec<i64>, PositionalError> {
     let len = (positions.end - positions.start) as usize;
     let mut values = Vec::new();
@@ -195,73 +241,30 @@ impl RelativePositionBias {
         &self.config
     }
 
-    /// The bias of queries at positions `query_offset ..` against keys at `0 .. k_len`, one row of
-    /// the table per pair, to add to the attention scores.
+    /// The bias of `q_len` queries at `queries` against `k_len` keys at `keys` (each a start,
+    /// or per-token positions `[batch or 1, len]`), one row of the table per pair, to add to the
+    /// attention scores. An encoder's whole input is `bias(0, n, 0, n)`.
+    ///
+    /// Per-token positions are read back to the host, where the buckets are computed.
     ///
     /// # Shapes
-    /// - output: `[1, n_heads, q_len, k_len]`
+    /// - output: `[batch or 1, n_heads, q_len, k_len]`
     pub fn try_bias(
         &self,
-        query_offset: usize,
+        queries: impl Into<Positions>,
         q_len: usize,
+        keys: impl Into<Positions>,
         k_len: usize,
     ) -> Result<Tensor<4>, PositionalError> {
-        let position = |p: usize| i64::try_from(p).ok();
-        let end = query_offset
-            .checked_add(q_len)
-            .filter(|&end| position(end).is_some())
-            .ok_or_else(|| {
-                PositionalError::input(
-                    "query_offset",
-                    query_offset,
-                    format!("+ q_len ({q_len}) must be at most i64::MAX"),
-                )
-            })?;
-        if position(k_len).is_none() {
-            return Err(PositionalError::input(
-                "k_len",
-                k_len,
-                "must be at most i64::MAX",
-            ));
-        }
-        let queries = positions_vec(query_offset as i64..end as i64)?;
-        let keys = positions_vec(0..k_len as i64)?;
-        self.bias_of(&[queries], &[keys])
-    }
-
-    /// Panicking form of [`try_bias`](Self::try_bias).
-    pub fn bias(&self, query_offset: usize, q_len: usize, k_len: usize) -> Tensor<4> {
-        or_panic(self.try_bias(query_offset, q_len, k_len))
-    }
-
-    /// The bias for explicit positions per batch row.
-    ///
-    /// # Shapes
-    /// - `query_positions`: `[batch, q_len]`
-    /// - `key_positions`: `[batch, k_len]`
-    /// - output: `[batch, n_heads, q_len, k_len]`
-    pub fn try_bias_at(
-        &self,
-        query_positions: Tensor<2, Int>,
-        key_positions: Tensor<2, Int>,
-    ) -> Result<Tensor<4>, PositionalError> {
-        let rows = |positions: Tensor<2, Int>| -> Result<Vec<Vec<i64>>, PositionalError> {
-            let [batch, len] = positions.dims();
-            let values = positions
-                .try_into_data()
-                .map_err(|e| {
-                    PositionalError::input("positions", format!("{e:?}"), "must be readable")
-                })?
-                .convert::<i64>()
-                .try_into_vec::<i64>()
-                .map_err(|e| {
-                    PositionalError::input("positions", format!("{e:?}"), "must be readable as i64")
-                })?;
-            Ok((0..batch)
-                .map(|b| values[b * len..(b + 1) * len].to_vec())
-                .collect())
+        let (queries, keys) = (queries.into(), keys.into());
+        let batch = Positions::batch_of(&[&queries, &keys]);
+        let queries = host_rows(queries, "query_positions", q_len)?;
+        let keys = host_rows(keys, "key_positions", k_len)?;
+        let widen = |rows: Vec<Vec<i64>>| match rows.len() {
+            1 if batch > 1 => vec![rows[0].clone(); batch],
+            _ => rows,
         };
-        let (queries, keys) = (rows(query_positions)?, rows(key_positions)?);
+        let (queries, keys) = (widen(queries), widen(keys));
         if queries.len() != keys.len() {
             return Err(PositionalError::input(
                 "key_positions.dims()[0]",
@@ -273,6 +276,17 @@ impl RelativePositionBias {
             ));
         }
         self.bias_of(&queries, &keys)
+    }
+
+    /// Panicking form of [`try_bias`](Self::try_bias).
+    pub fn bias(
+        &self,
+        queries: impl Into<Positions>,
+        q_len: usize,
+        keys: impl Into<Positions>,
+        k_len: usize,
+    ) -> Tensor<4> {
+        or_panic(self.try_bias(queries, q_len, keys, k_len))
     }
 
     /// One table row per (query, key) pair, gathered in one `select` so that the gradient
@@ -395,7 +409,7 @@ mod tests {
         let module = config
             .try_init_with_weight(Tensor::from_data(TensorData::new(table, [8, 2]), device))
             .unwrap();
-        let bias = module.bias(3, 2, 6);
+        let bias = module.bias(3, 2, 0, 6);
         assert_eq!(bias.dims(), [1, 2, 2, 6]);
         let mut want = Vec::new();
         for head in 0..2 {
@@ -409,9 +423,11 @@ mod tests {
 
         // Explicit positions: the same pairs give the same rows.
         let at = module
-            .try_bias_at(
-                Tensor::from_data([[3, 4]], device),
-                Tensor::from_data([[0, 1, 2, 3, 4, 5]], device),
+            .try_bias(
+                Tensor::<2, Int>::from_data([[3, 4]], device),
+                2,
+                Tensor::<2, Int>::from_data([[0, 1, 2, 3, 4, 5]], device),
+                6,
             )
             .unwrap();
         assert_close(&at.into_data(), &want, 0.0);
@@ -447,9 +463,9 @@ mod tests {
     fn extreme_inputs_are_errors_or_exact(device: &Device) {
         let relative = RelativePositionBiasConfig::new(2).init(device);
         for (offset, q_len, k_len, named) in [
-            (usize::MAX, 1, 1, "`query_offset`"),
-            (1 << 63, 1, 1, "`query_offset`"),
-            (0, 1, 1 << 63, "`k_len`"),
+            (usize::MAX, 1, 1, "`query_positions`"),
+            (1 << 63, 1, 1, "`query_positions`"),
+            (0, 1, 1 << 63, "`key_positions`"),
             (
                 0,
                 1,
@@ -458,14 +474,14 @@ mod tests {
             ),
         ] {
             let err = relative
-                .try_bias(offset, q_len, k_len)
+                .try_bias(offset, q_len, 0, k_len)
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(named), "{offset} {q_len} {k_len}: {err}");
         }
         let none = Tensor::<2, Int>::zeros([0, 3], device);
         let err = relative
-            .try_bias_at(none.clone(), none)
+            .try_bias(none.clone(), 3, none, 3)
             .unwrap_err()
             .to_string();
         assert!(err.contains("`positions` = [0, 0, 0]"), "{err}");

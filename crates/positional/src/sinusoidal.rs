@@ -7,11 +7,12 @@ use std::ops::Range;
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{
     PositionalError, or_panic, position_range_end, unallocatable, unallocatable_on_host,
 };
+use crate::positions::Positions;
 
 /// How sines and cosines are arranged along the feature axis.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -118,15 +119,30 @@ impl SinusoidalEncoding {
         &self.config
     }
 
-    /// Returns `x + PE[offset .. offset + seq]`.
+    /// Returns `x` plus the encoding of each token's position: `PE[start .. start + seq]` for
+    /// [`Positions::Start`], the row of each token's position for [`Positions::Ids`] (a
+    /// left-padded batch's `cumsum(mask) - 1`, say). Positions are exact up to 2^53.
     ///
-    /// On flex and ndarray the rows are added in one pass, into `x`'s own memory when the call
-    /// holds `x` alone (as it does the embeddings a model hands it).
+    /// On flex and ndarray the rows of a start offset are added in one pass, into `x`'s own memory
+    /// when the call holds `x` alone (as it does the embeddings a model hands it). Per-token
+    /// positions are checked on the host (one reduction, read back).
     ///
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
+    /// - `positions`: a start, or `[batch, seq]`
     /// - output: `[batch, seq, d_model]`
-    pub fn try_forward(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
+    pub fn try_forward(
+        &self,
+        x: Tensor<3>,
+        positions: impl Into<Positions>,
+    ) -> Result<Tensor<3>, PositionalError> {
+        match positions.into() {
+            Positions::Start(offset) => self.forward_from(x, offset),
+            Positions::Ids(ids) => self.forward_at(x, ids),
+        }
+    }
+
+    fn forward_from(&self, x: Tensor<3>, offset: usize) -> Result<Tensor<3>, PositionalError> {
         let [batch, seq, d_model] = x.dims();
         if d_model != self.config.d_model {
             return Err(PositionalError::input(
@@ -141,7 +157,9 @@ impl SinusoidalEncoding {
             return Ok(x);
         }
         let (table, first_row) = self.rows_on(offset..end, &x.device());
-        Ok(crate::position_rows::add_position_rows(x, table, first_row))
+        Ok(crate::kernels::position_rows::add_position_rows(
+            x, table, first_row,
+        ))
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -149,8 +167,49 @@ impl SinusoidalEncoding {
     /// # Shapes
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
-    pub fn forward(&self, x: Tensor<3>, offset: usize) -> Tensor<3> {
-        or_panic(self.try_forward(x, offset))
+    pub fn forward(&self, x: Tensor<3>, positions: impl Into<Positions>) -> Tensor<3> {
+        or_panic(self.try_forward(x, positions))
+    }
+
+    fn forward_at(
+        &self,
+        x: Tensor<3>,
+        positions: Tensor<2, Int>,
+    ) -> Result<Tensor<3>, PositionalError> {
+        let [batch, seq, d_model] = x.dims();
+        if d_model != self.config.d_model {
+            return Err(PositionalError::input(
+                "x.dims()[2]",
+                d_model,
+                format!("must equal d_model ({})", self.config.d_model),
+            ));
+        }
+        if positions.dims() != [batch, seq] {
+            return Err(PositionalError::input(
+                "positions.dims()",
+                positions.dims(),
+                format!("must be [batch, seq] = [{batch}, {seq}]"),
+            ));
+        }
+        crate::error::check_rows_and_dtype(batch, x.dtype(), self.table.dtype())?;
+        if seq == 0 {
+            return Ok(x);
+        }
+        let positions = crate::ints::device_ints("positions", positions)?;
+        let (smallest, largest) = crate::ints::int_bounds("positions", &positions)?;
+        if smallest < 0 {
+            return Err(PositionalError::input(
+                "positions",
+                (smallest, largest),
+                "must not be negative",
+            ));
+        }
+        let table = self.try_table(0..position_range_end("positions", largest as usize, 1)?)?;
+        let rows = table
+            .to_device(&x.device())
+            .select(0, positions.reshape([batch * seq]))
+            .reshape([batch, seq, d_model]);
+        Ok(x + rows)
     }
 
     /// The encodings of `positions`, `[positions.len(), d_model]`, on this module's device.
@@ -282,6 +341,32 @@ mod tests {
         assert_close(&y.into_data(), &want, 1e-6);
     }
     for_each_backend!(forward_adds_table_at_offset);
+
+    /// Per-token positions add the same rows as an offset, past the precomputed table too, and
+    /// rows of a batch may differ (a left-padded row's `cumsum(mask) - 1`).
+    fn explicit_positions_equal_the_offset_rows(device: &Device) {
+        let encoding = SinusoidalEncodingConfig::new(6)
+            .with_max_sequence_length(4)
+            .init(device);
+        let x = Tensor::<3>::random([2, 3, 6], burn::tensor::Distribution::Default, device);
+        let rows = [[5i64, 6, 7], [0, 0, 1]];
+        let positions = Tensor::<2, Int>::from_data(TensorData::new(rows.concat(), [2, 3]), device);
+        let got = encoding.try_forward(x.clone(), positions).unwrap();
+        let first = encoding.forward(x.clone().narrow(0, 0, 1), 5);
+        let table = encoding.table(0..2);
+        let second = x.narrow(0, 1, 1)
+            + Tensor::cat(vec![table.clone().narrow(0, 0, 1), table], 0).unsqueeze::<3>();
+        let want = Tensor::cat(vec![first, second], 0).into_data();
+        assert_close(&got.into_data(), &crate::testing::floats(&want), 1e-6);
+
+        let negative = Tensor::<2, Int>::from_data(TensorData::new(vec![0i64, -1], [1, 2]), device);
+        let err = encoding
+            .try_forward(Tensor::zeros([1, 2, 6], device), negative)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`positions` = (-1, 0)"), "{err}");
+    }
+    for_each_backend!(explicit_positions_equal_the_offset_rows);
 
     fn far_positions_match_f64(device: &Device) {
         let config = SinusoidalEncodingConfig::new(16).with_max_sequence_length(4);

@@ -423,7 +423,7 @@ fn reference_attention(
             .repeat_dim(0, batch)
     });
     if let Some(rope) = &module.rope {
-        (q, k) = rope.forward_at(q, k, positions.clone());
+        (q, k) = rope.forward(q, k, positions.clone());
     }
     let groups = heads / kv_heads;
     let owners: Vec<i64> = (0..heads).map(|h| (h / groups) as i64).collect();
@@ -436,11 +436,14 @@ fn reference_attention(
     if let Some(alibi) = &module.alibi {
         scores = scores
             + alibi
-                .try_bias_at(positions.clone(), positions.clone())
+                .try_bias(positions.clone(), seq, positions.clone(), seq)
                 .unwrap();
     }
     if let Some(relative) = &module.relative {
-        scores = scores + relative.try_bias_at(positions.clone(), positions).unwrap();
+        scores = scores
+            + relative
+                .try_bias(positions.clone(), seq, positions, seq)
+                .unwrap();
     }
     if let Some(bias) = bias {
         scores = scores + bias;
@@ -571,7 +574,7 @@ fn every_option_equals_the_reference(device: &Device) {
         let inputs = AttentionInputs::new()
             .with_padding_mask(mask.clone())
             .with_positions(positions.clone());
-        let got = module.forward_with(x.clone(), inputs, None);
+        let got = module.forward(x.clone(), inputs);
         let want = reference_attention(&module, x, Some(&padding), Some(positions.clone()), None);
         let real = |t: Tensor<3>| {
             let rows: Vec<Tensor<2>> = (0..batch * seq)
@@ -606,7 +609,7 @@ fn left_padding_with_positions_equals_the_row_alone(device: &Device) {
         let inputs = AttentionInputs::new()
             .with_padding_mask(mask)
             .with_positions(positions);
-        let got = module.forward_with(padded, inputs, None).narrow(1, 3, 5);
+        let got = module.forward(padded, inputs).narrow(1, 3, 5);
         let want = module.forward(alone, None);
         assert_close(&got.into_data(), &floats(&want.into_data()), 1e-5);
     }
@@ -656,16 +659,15 @@ fn a_shared_relative_bias_equals_an_owned_one(device: &Device) {
     borrower.value = owner.value.clone();
     borrower.output = owner.output.clone();
     let x = random([2, 6, 32], device);
-    let bias = owner.relative.as_ref().unwrap().bias(0, 6, 6);
-    let shared = borrower.forward_with(x.clone(), AttentionInputs::new().with_bias(bias), None);
+    let bias = owner.relative.as_ref().unwrap().bias(0, 6, 0, 6);
+    let shared = borrower.forward(x.clone(), AttentionInputs::new().with_bias(bias));
     let owned = owner.forward(x, None);
     assert_close(&shared.into_data(), &floats(&owned.into_data()), 1e-5);
     let wrong = Tensor::<4>::zeros([1, 4, 6, 5], device);
     let err = borrower
-        .try_forward_with(
+        .try_forward(
             random([2, 6, 32], device),
             AttentionInputs::new().with_bias(wrong),
-            None,
         )
         .unwrap_err()
         .to_string();

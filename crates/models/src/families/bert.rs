@@ -4,14 +4,14 @@
 //! `tanh(dense(h[:, 0]))` when the checkpoint has one. Sentence-transformers models such as
 //! all-MiniLM-L6-v2 are this encoder.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 
 use super::{MlpNames, Names, activation, dense_blocks, required};
 use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -30,8 +30,10 @@ pub(super) fn architecture(
     .with_bias(true);
     let blocks = dense_blocks(config, BlockLayout::PostNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_lm_head(false)
-        .with_learned_positions(Some(required(config, &["max_position_embeddings"])?))
+        .with_head(OutputHead::Hidden)
+        .with_absolute_positions(Some(AbsolutePositionsConfig::Learned {
+            max_len: required(config, &["max_position_embeddings"])?,
+        }))
         .with_token_types(config.integer("type_vocab_size")?.unwrap_or(2))
         .with_embedding_norm(Some(norm))
         // BertModel counts positions from 0 in every row, padding or not.

@@ -2,7 +2,7 @@
 //! embeddings (for training stability at scale), pre-norm blocks with a GELU (tanh) MLP, a final
 //! LayerNorm and the LM head tied to the embeddings.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 use serde_json::json;
 
 use super::{MlpNames, Names, dense_blocks, only, required, tied};
@@ -10,7 +10,7 @@ use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -30,7 +30,7 @@ pub(super) fn architecture(
     let mlp = MlpConfig::new(d_model, 4 * d_model, Activation::GeluTanh).with_bias(true);
     let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_tied_embeddings(tied(config, true)?)
+        .with_head(OutputHead::logits(tied(config, true)?))
         .with_embedding_norm(Some(norm.clone()))
         .with_final_norm(Some(norm))
         // ALiBi's distances count tokens, `cumsum(mask) - 1`.

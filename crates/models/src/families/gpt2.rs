@@ -2,14 +2,14 @@
 //! pre-norm blocks with LayerNorm, a GELU (tanh) MLP stored as `Conv1D` (`[in, out]`), a final
 //! LayerNorm and the LM head tied to the embeddings.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 
 use super::{MlpNames, Names, activation, dense_blocks, required, tied};
 use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -29,11 +29,10 @@ pub(super) fn architecture(
     .with_bias(true);
     let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_tied_embeddings(tied(config, true)?)
-        .with_learned_positions(Some(required(
-            config,
-            &["n_positions", "max_position_embeddings"],
-        )?))
+        .with_head(OutputHead::logits(tied(config, true)?))
+        .with_absolute_positions(Some(AbsolutePositionsConfig::Learned {
+            max_len: required(config, &["n_positions", "max_position_embeddings"])?,
+        }))
         .with_final_norm(Some(norm))
         .with_positions(PositionIds::FromMask);
     let names = Names {

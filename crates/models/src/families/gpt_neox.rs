@@ -2,14 +2,14 @@
 //! parallel residual of GPT-J, `x + attn(ln1(x)) + mlp(ln2(x))`, so attention and the MLP read
 //! the same input; `use_parallel_residual: false` gives the sequential pre-norm block.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 
 use super::{MlpNames, Names, activation, dense_blocks, required, tied};
 use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -32,7 +32,7 @@ pub(super) fn architecture(
     };
     let blocks = dense_blocks(config, layout, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_tied_embeddings(tied(config, false)?)
+        .with_head(OutputHead::logits(tied(config, false)?))
         .with_final_norm(Some(norm))
         .with_positions(PositionIds::FromMask);
     let names = Names {

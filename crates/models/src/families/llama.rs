@@ -4,23 +4,23 @@
 //!
 //! One shape: RMSNorm before attention and before the feed-forward block, residuals around both,
 //! a gated MLP (SwiGLU; GeGLU in Gemma), a final RMSNorm and an LM head. What sets them apart is
-//! attention (read by `attention::huggingface`) and a few details here:
+//! attention (read by `crate::huggingface`) and a few details here:
 //! - Gemma normalises each branch's output too (`Sandwich`), stores its norm weights as offsets
 //!   from 1, multiplies embeddings by `sqrt(hidden_size)` and ties the LM head; Gemma 2 soft-caps
 //!   the final logits.
 //! - Phi-3 fuses the gate and up projections into one `gate_up_proj`.
 //! - gpt-oss replaces the MLP with routed experts.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 use serde_json::json;
 
 use super::{MlpNames, Names, activation, attention_configs, only, required, tied};
-use crate::block::{BlockConfig, BlockLayout};
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::experts::MixtureOfExpertsConfig;
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -66,7 +66,7 @@ pub(super) fn architecture(
             if let Some(limit) = config.number("swiglu_limit")? {
                 experts = experts.with_limit(limit);
             }
-            (None, Some(experts))
+            FeedForwardConfig::Experts(experts)
         }
         _ => {
             let act = match gemma {
@@ -77,7 +77,7 @@ pub(super) fn architecture(
             let mlp = MlpConfig::new(d_model, d_ff, act)
                 .with_gated(true)
                 .with_bias(bias);
-            (Some(mlp), None)
+            FeedForwardConfig::Dense(mlp)
         }
     };
     let blocks = attention_configs(config)?
@@ -91,13 +91,12 @@ pub(super) fn architecture(
                     BlockLayout::PreNorm
                 },
                 norm.clone(),
+                feed_forward.clone(),
             )
-            .with_mlp(feed_forward.0.clone())
-            .with_experts(feed_forward.1.clone())
         })
         .collect();
     let architecture = TransformerConfig::new(vocab_size, d_model, blocks)
-        .with_tied_embeddings(tied(config, gemma)?)
+        .with_head(OutputHead::logits(tied(config, gemma)?))
         .with_embedding_scale(gemma.then(|| (d_model as f64).sqrt()))
         .with_final_norm(Some(norm))
         .with_final_softcap(match model_type {

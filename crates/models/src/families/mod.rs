@@ -18,19 +18,21 @@ mod t5;
 
 use std::path::Path;
 
-use attention::huggingface::{Checkpoint, HuggingFaceConfig, check_layer_count, load_layer_from};
+use crate::huggingface::{Checkpoint, HuggingFaceConfig, check_layer_count, load_layer_from};
 use burn::module::Param;
 use burn::nn::{Embedding, Linear};
 use burn::tensor::{Device, FloatDType, Tensor};
 use positional::LearnedPositionalEmbeddingConfig;
 use serde_json::Value;
 
-use crate::block::Block;
+use crate::block::{Block, FeedForward, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::experts::MixtureOfExperts;
-use crate::mlp::{Mlp, linear_from_pytorch};
+use crate::mlp::linear_from_pytorch;
 use crate::norm::{Norm, NormConfig};
-use crate::transformer::{Transformer, TransformerConfig};
+use crate::transformer::{
+    AbsolutePositions, AbsolutePositionsConfig, OutputHead, Transformer, TransformerConfig,
+};
 
 /// Where a family keeps each tensor. Names under the base model are relative to `root`
 /// (`model.`, `transformer.`, ...); a layer's are relative to `layer` with `{}` for its index.
@@ -180,7 +182,7 @@ impl<'a> Loader<'a> {
     }
 
     fn tensor<const D: usize>(&mut self, name: &str) -> Result<Tensor<D>, ModelError> {
-        Ok(self.checkpoint.tensor::<D>(name, self.device)?)
+        self.checkpoint.tensor::<D>(name, self.device)
     }
 
     fn rooted(&self, name: &str) -> String {
@@ -229,10 +231,13 @@ impl<'a> Loader<'a> {
     ) -> Result<Transformer, ModelError> {
         let (vocab, d) = (architecture.vocab_size, architecture.d_model);
         let embedding = self.embedding(&self.rooted(names.embedding), [vocab, d])?;
-        let positions = match (architecture.learned_positions, names.positions) {
-            (Some(len), Some(name)) => {
+        let positions = match (architecture.absolute_positions, names.positions) {
+            (Some(AbsolutePositionsConfig::Learned { max_len }), Some(name)) => {
                 let weight = self.tensor::<2>(&self.rooted(name))?;
-                Some(LearnedPositionalEmbeddingConfig::new(len, d).try_init_with_weight(weight)?)
+                Some(AbsolutePositions::Learned(
+                    LearnedPositionalEmbeddingConfig::new(max_len, d)
+                        .try_init_with_weight(weight)?,
+                ))
             }
             _ => None,
         };
@@ -257,8 +262,8 @@ impl<'a> Loader<'a> {
             let feed_forward_norm = self.norm(&at(names.feed_forward_norm), &block.norm)?;
             let post_attention_norm = norm(&mut self, names.post_attention_norm)?;
             let post_feed_forward_norm = norm(&mut self, names.post_feed_forward_norm)?;
-            let (mlp, experts) = match (names.mlp, &block.mlp, &block.experts) {
-                (MlpNames::Experts { prefix }, None, Some(experts)) => {
+            let feed_forward = match (names.mlp, &block.feed_forward) {
+                (MlpNames::Experts { prefix }, FeedForwardConfig::Experts(experts)) => {
                     let at = |name: &str| format!("{}{prefix}{name}", at(""));
                     let router = self.linear(&at("router"), true, [experts.experts, d])?;
                     let gate_up = self.tensor::<3>(&at("experts.gate_up_proj"))?;
@@ -267,9 +272,9 @@ impl<'a> Loader<'a> {
                     let down_bias = self.tensor::<2>(&at("experts.down_proj_bias"))?;
                     let experts: MixtureOfExperts =
                         experts.try_init_with(router, gate_up, gate_up_bias, down, down_bias)?;
-                    (None, Some(experts))
+                    FeedForward::Experts(experts)
                 }
-                (names, Some(mlp), None) => {
+                (names, FeedForwardConfig::Dense(mlp)) => {
                     let (f, bias) = (mlp.d_ff, mlp.bias);
                     let (gate, up, down) = match names {
                         MlpNames::Separate { gate, up, down } => (
@@ -311,7 +316,7 @@ impl<'a> Loader<'a> {
                         }
                         MlpNames::Experts { .. } => unreachable!("matched above"),
                     };
-                    (Some::<Mlp>(mlp.try_init_with(gate, up, down)?), None)
+                    FeedForward::Dense(mlp.try_init_with(gate, up, down)?)
                 }
                 _ => {
                     return Err(ModelError::config(
@@ -327,25 +332,21 @@ impl<'a> Loader<'a> {
                 feed_forward_norm,
                 post_attention_norm,
                 post_feed_forward_norm,
-                mlp,
-                experts,
+                feed_forward,
                 layout: block.layout,
             });
         }
+        crate::transformer::share_rope_tables(&mut blocks);
         let final_norm = match (&architecture.final_norm, names.final_norm) {
             (Some(norm), Some(name)) => Some(self.norm(&self.rooted(name), norm)?),
             _ => None,
         };
-        let lm_head = match (
-            architecture.lm_head,
-            architecture.tied_embeddings,
-            names.lm_head,
-        ) {
-            (true, false, Some(name)) => {
+        let lm_head = match (architecture.head, names.lm_head) {
+            (OutputHead::Linear { bias }, Some(name)) => {
                 let name = name.trim_end_matches(".weight");
-                Some(self.linear(name, false, [vocab, d])?)
+                Some(self.linear(name, bias, [vocab, d])?)
             }
-            (true, false, None) => {
+            (OutputHead::Linear { .. }, None) => {
                 return Err(ModelError::config(
                     "tie_word_embeddings",
                     false,
@@ -378,7 +379,7 @@ impl<'a> Loader<'a> {
             // BERT checkpoints saved before transformers 4.31 keep `arange` as a buffer.
             "embeddings.position_ids",
         ];
-        if architecture.tied_embeddings {
+        if architecture.head == OutputHead::Tied {
             ignored.extend(["lm_head.weight", "embed_out.weight"]);
         }
         if config.model_type() == "t5" {
@@ -470,8 +471,12 @@ pub(crate) fn dense_blocks(
     Ok(attention_configs(config)?
         .into_iter()
         .map(|attention| {
-            crate::block::BlockConfig::new(attention, layout, norm.clone())
-                .with_mlp(Some(mlp.clone()))
+            crate::block::BlockConfig::new(
+                attention,
+                layout,
+                norm.clone(),
+                crate::block::FeedForwardConfig::Dense(mlp.clone()),
+            )
         })
         .collect())
 }
@@ -481,5 +486,5 @@ pub(crate) fn required(
     config: &HuggingFaceConfig,
     fields: &[&'static str],
 ) -> Result<usize, ModelError> {
-    Ok(config.required_integer(fields)?)
+    config.required_integer(fields)
 }

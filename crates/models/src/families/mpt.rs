@@ -3,8 +3,8 @@
 //! embeddings. transformers' `MptModel` always applies ALiBi, so a config without it is refused
 //! rather than run with positions it does not have.
 
+use crate::huggingface::HuggingFaceConfig;
 use attention::PositionalScheme;
-use attention::huggingface::HuggingFaceConfig;
 use serde_json::json;
 
 use super::{MlpNames, Names, dense_blocks, only, required, tied};
@@ -12,7 +12,7 @@ use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -60,7 +60,7 @@ pub(super) fn architecture(
         ));
     }
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_tied_embeddings(tied(config, true)?)
+        .with_head(OutputHead::logits(tied(config, true)?))
         .with_final_norm(Some(norm))
         // MPT's ALiBi counts token indices, padding included.
         .with_positions(PositionIds::Index);

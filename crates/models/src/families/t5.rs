@@ -4,14 +4,14 @@
 //! a gated GELU one (`gated-gelu`), and a final norm. No LM head: `T5EncoderModel`'s last hidden
 //! state.
 
-use attention::huggingface::HuggingFaceConfig;
+use crate::huggingface::HuggingFaceConfig;
 
 use super::{MlpNames, Names, dense_blocks, required};
 use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
-use crate::transformer::{PositionIds, TransformerConfig};
+use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
 pub(super) fn architecture(
     config: &HuggingFaceConfig,
@@ -42,7 +42,7 @@ pub(super) fn architecture(
     let mlp = MlpConfig::new(d_model, required(config, &["d_ff"])?, activation).with_gated(gated);
     let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
     let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_lm_head(false)
+        .with_head(OutputHead::Hidden)
         .with_final_norm(Some(norm))
         .with_shared_relative_bias(true)
         .with_positions(PositionIds::Index);

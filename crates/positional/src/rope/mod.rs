@@ -16,7 +16,7 @@
 //! ([`RotaryAngles::try_apply_reference`]).
 
 mod frequencies;
-mod fused;
+use crate::kernels::rope as fused;
 mod huggingface;
 pub mod reference;
 
@@ -30,6 +30,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use crate::error::{
     PositionalError, or_panic, position_range_end, unallocatable, unallocatable_on_host,
 };
+use crate::positions::Positions;
 
 /// Which features form a rotated pair.
 #[derive(Config, Debug, Copy, PartialEq, Eq)]
@@ -48,7 +49,7 @@ pub enum RopeLayout {
 const PRECOMPUTED_TABLE_BYTES: usize = 8 << 20;
 
 /// Configuration of a [`RotaryEncoding`].
-#[derive(Config, Debug)]
+#[derive(Config, Debug, PartialEq)]
 pub struct RotaryEncodingConfig {
     /// Size of each attention head, `[.., head_dim]`.
     pub head_dim: usize,
@@ -227,8 +228,8 @@ pub struct RotaryEncoding {
 
 /// cos and sin for one call, ready to rotate any tensor at those positions.
 ///
-/// Built once by [`RotaryEncoding::try_angles`] or [`RotaryEncoding::try_angles_at`] and applied to
-/// both queries and keys, so the tables are fetched once per step.
+/// Built once by [`RotaryEncoding::try_angles`] and applied to both queries and keys (and, in a
+/// model, to every layer that shares the RoPE setting), so the tables are fetched once per step.
 #[derive(Debug, Clone)]
 pub struct RotaryAngles {
     /// `[batch or 1, rows, rotary_dim]`, see [`angle_tables`]: the whole precomputed table, or
@@ -261,8 +262,34 @@ impl RotaryEncoding {
         self.config.frequencies(running_length)
     }
 
-    /// Angles for positions `offset .. offset + seq`, the same for every batch row.
-    pub fn try_angles(&self, offset: usize, seq: usize) -> Result<RotaryAngles, PositionalError> {
+    /// Angles for `seq` tokens at `positions`: a start (`start .. start + seq`, the same for
+    /// every batch row) or per-token ids `[batch or 1, seq]` (one row per sequence, e.g. after
+    /// left padding; they need not be sorted).
+    ///
+    /// Per-token ids are read back to the host: dynamic scalings need their maximum, and
+    /// positions past the precomputed table are computed there.
+    pub fn try_angles(
+        &self,
+        positions: impl Into<Positions>,
+        seq: usize,
+    ) -> Result<RotaryAngles, PositionalError> {
+        match positions.into() {
+            Positions::Start(offset) => self.angles_from(offset, seq),
+            Positions::Ids(ids) => {
+                let [_, ids_seq] = ids.dims();
+                if ids_seq != seq {
+                    return Err(PositionalError::input(
+                        "positions.dims()",
+                        ids.dims(),
+                        format!("must be [batch or 1, seq] with seq = {seq}"),
+                    ));
+                }
+                self.angles_at(ids)
+            }
+        }
+    }
+
+    fn angles_from(&self, offset: usize, seq: usize) -> Result<RotaryAngles, PositionalError> {
         if seq == 0 {
             return Err(PositionalError::input("seq", seq, "must be at least 1"));
         }
@@ -276,31 +303,13 @@ impl RotaryEncoding {
         Ok(self.angles(cos, sin, 0, seq))
     }
 
-    /// Angles at explicit positions: `[seq]` (shared by every batch row) or `[batch, seq]` (one
-    /// row per sequence, e.g. after left padding). Positions need not be sorted.
-    ///
-    /// Reads the positions back to the host: dynamic scalings need their maximum, and positions
-    /// past the precomputed table are computed there.
-    pub fn try_angles_at<const D: usize>(
-        &self,
-        positions: Tensor<D, Int>,
-    ) -> Result<RotaryAngles, PositionalError> {
+    fn angles_at(&self, positions: Tensor<2, Int>) -> Result<RotaryAngles, PositionalError> {
         let dims = positions.dims();
-        let (rows, seq) = match dims.as_slice() {
-            [seq] => (1, *seq),
-            [rows, seq] => (*rows, *seq),
-            _ => {
-                return Err(PositionalError::input(
-                    "positions.dims()",
-                    dims.to_vec(),
-                    "must be [seq] or [batch, seq]",
-                ));
-            }
-        };
+        let [rows, seq] = dims;
         if rows.checked_mul(seq) == Some(0) {
             return Err(PositionalError::input(
                 "positions.dims()",
-                dims.to_vec(),
+                dims,
                 "must not be empty",
             ));
         }
@@ -344,69 +353,31 @@ impl RotaryEncoding {
         ))
     }
 
-    /// Rotates `x` at positions `offset .. offset + seq`.
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, heads, seq, head_dim]`
-    /// - output: `[batch, heads, seq, head_dim]`
-    pub fn try_apply(&self, x: Tensor<4>, offset: usize) -> Result<Tensor<4>, PositionalError> {
-        let seq = x.dims()[2];
-        self.try_angles(offset, seq)?.try_apply(x)
-    }
-
-    /// Panicking form of [`try_apply`](Self::try_apply).
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, heads, seq, head_dim]`
-    /// - output: `[batch, heads, seq, head_dim]`
-    pub fn apply(&self, x: Tensor<4>, offset: usize) -> Tensor<4> {
-        or_panic(self.try_apply(x, offset))
-    }
-
-    /// Rotates queries and keys at positions `offset .. offset + seq`, fetching the tables once.
+    /// Rotates queries and keys at `positions` (see [`try_angles`](Self::try_angles)), fetching
+    /// the tables once.
     ///
     /// # Shapes
     /// - `q`: `[batch, q_heads, seq, head_dim]`, `k`: `[batch, kv_heads, seq, head_dim]`
+    /// - `positions`: a start, or `[batch or 1, seq]`
     /// - outputs: the shapes of `q` and `k`
     pub fn try_forward(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
-        offset: usize,
+        positions: impl Into<Positions>,
     ) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
-        let angles = self.try_angles(offset, q.dims()[2])?;
+        let angles = self.try_angles(positions, q.dims()[2])?;
         Ok((angles.try_apply(q)?, angles.try_apply(k)?))
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
-    pub fn forward(&self, q: Tensor<4>, k: Tensor<4>, offset: usize) -> (Tensor<4>, Tensor<4>) {
-        or_panic(self.try_forward(q, k, offset))
-    }
-
-    /// Rotates queries and keys at explicit positions (`[seq]` or `[batch, seq]`, see
-    /// [`try_angles_at`](Self::try_angles_at)).
-    ///
-    /// # Shapes
-    /// - `q`: `[batch, q_heads, seq, head_dim]`, `k`: `[batch, kv_heads, seq, head_dim]`
-    /// - outputs: the shapes of `q` and `k`
-    pub fn try_forward_at<const D: usize>(
+    pub fn forward(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
-        positions: Tensor<D, Int>,
-    ) -> Result<(Tensor<4>, Tensor<4>), PositionalError> {
-        let angles = self.try_angles_at(positions)?;
-        Ok((angles.try_apply(q)?, angles.try_apply(k)?))
-    }
-
-    /// Panicking form of [`try_forward_at`](Self::try_forward_at).
-    pub fn forward_at<const D: usize>(
-        &self,
-        q: Tensor<4>,
-        k: Tensor<4>,
-        positions: Tensor<D, Int>,
+        positions: impl Into<Positions>,
     ) -> (Tensor<4>, Tensor<4>) {
-        or_panic(self.try_forward_at(q, k, positions))
+        or_panic(self.try_forward(q, k, positions))
     }
 
     /// An error naming `input` when cos/sin tables of `rows * seq` positions cannot be made: the
@@ -639,3 +610,5 @@ fn angle_tables(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) use tests::RotateFrom;

@@ -5,6 +5,22 @@ use proptest::prelude::*;
 use super::*;
 use crate::testing::{assert_close, floats, for_each_backend};
 
+/// The tests' shorthand for rotating one tensor from a start: `try_angles(start, seq)` then
+/// `try_apply(x)`, exactly what `try_forward` does to each of q and k.
+pub(crate) trait RotateFrom {
+    fn try_apply(&self, x: Tensor<4>, start: usize) -> Result<Tensor<4>, PositionalError>;
+    fn apply(&self, x: Tensor<4>, start: usize) -> Tensor<4> {
+        self.try_apply(x, start).unwrap()
+    }
+}
+
+impl RotateFrom for RotaryEncoding {
+    fn try_apply(&self, x: Tensor<4>, start: usize) -> Result<Tensor<4>, PositionalError> {
+        let seq = x.dims()[2];
+        self.try_angles(start, seq)?.try_apply(x)
+    }
+}
+
 fn random(shape: [usize; 4], device: &Device) -> Tensor<4> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
 }
@@ -94,7 +110,7 @@ fn explicit_positions_per_batch_row_match_reference(device: &Device) {
     let positions = [5i64, 0, 2, 9, 30, 7];
     let x = random(shape, device);
     let index = Tensor::<2, Int>::from_data(TensorData::new(positions.to_vec(), [2, 3]), device);
-    let angles = rope.try_angles_at(index).unwrap();
+    let angles = rope.try_angles(index, 3).unwrap();
     let got = angles.apply(x.clone()).into_data();
     let want = reference::rotate(&config, &floats(&x.into_data()), shape, &positions, 1.0);
     assert_close(&got, &want, 2e-5);
@@ -312,7 +328,7 @@ fn invalid_inputs_are_errors(device: &Device) {
         assert!(err.contains("must be at most 2^53"), "{offset}: {err}");
     }
     let negative = Tensor::<1, Int>::from_data(TensorData::new(vec![0i64, -3], [2]), device);
-    let err = rope.try_angles_at(negative).unwrap_err().to_string();
+    let err = rope.try_angles(negative, 2).unwrap_err().to_string();
     assert!(
         err.contains("`positions` = -3: must be non-negative"),
         "{err}"
@@ -453,7 +469,7 @@ fn fused_kernel_equals_tensor_ops(device: &Device) {
                     Tensor::<2, Int>::from_data(TensorData::new(per_row, [2, seq]), &device);
                 let angle_sets = [
                     rope.try_angles(3, seq).unwrap(),
-                    rope.try_angles_at(per_row).unwrap(),
+                    rope.try_angles(per_row, seq).unwrap(),
                 ];
                 for angles in &angle_sets {
                     for seq_major in [false, true] {

@@ -7,7 +7,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::row_tasks::in_tasks;
+use crate::kernels::row_tasks::in_tasks;
 
 /// A `[batch, heads, seq, head_dim]` view of a buffer: element `[b, h, s, i]` is at
 /// `offset + b * strides[0] + h * strides[1] + s * strides[2] + i`.
@@ -478,8 +478,8 @@ mod flex {
     use burn::tensor::TensorData;
 
     use super::{RowView, Tables, rotate, rotate_in_place};
-    use crate::rope::fused::RotaryBackend;
-    use crate::row_tasks::flex_contiguous;
+    use crate::kernels::rope::RotaryBackend;
+    use crate::kernels::row_tasks::flex_contiguous;
 
     impl RotaryBackend for Flex {
         fn rotate(
@@ -538,7 +538,7 @@ mod ndarray_backend {
     use ndarray::{ArrayView, IxDyn};
 
     use super::{RowView, Tables, rotate, rotate_in_place};
-    use crate::rope::fused::RotaryBackend;
+    use crate::kernels::rope::RotaryBackend;
 
     impl RotaryBackend for NdArray {
         fn rotate(

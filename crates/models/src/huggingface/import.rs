@@ -1,44 +1,48 @@
-//! Loading attention weights from a PyTorch / Hugging Face checkpoint in safetensors format, under
-//! Llama's names; [`crate::huggingface`] reads every supported family's names and layouts.
+//! One attention layer's weights from a PyTorch / Hugging Face checkpoint in safetensors format,
+//! under Llama's names; the rest of [`crate::huggingface`] reads every family's names and layouts.
 
 use std::path::Path;
 
-use crate::MultiHeadAttention;
-use crate::error::AttentionError;
-use crate::huggingface::{AttentionNames, Checkpoint, ProjectionLayout, load_layer_with};
+use super::{AttentionNames, Checkpoint, ProjectionLayout, load_layer_with};
+use crate::error::ModelError;
+use attention::MultiHeadAttention;
 
-impl MultiHeadAttention {
-    /// Loads `q_proj`, `k_proj`, `v_proj` and `o_proj` (weights `[out, in]`, and biases when the
-    /// config has them) found under `prefix` in a safetensors file, the names Hugging Face Llama,
-    /// Mistral and Qwen checkpoints use (`model.layers.0.self_attn.` is a prefix). Tensors stored
-    /// in bf16, f16 or f64 are converted to f32.
-    ///
-    /// Every projection must be present with its exact shape, and every other tensor under
-    /// `prefix` is an error (a bias the config does not expect is not dropped in silence); tensors
-    /// elsewhere in the file are ignored.
-    pub fn try_load_safetensors(
-        self,
-        path: impl AsRef<Path>,
-        prefix: &str,
-    ) -> Result<Self, AttentionError> {
-        let name = |projection: &str| format!("{prefix}{projection}");
-        let names = AttentionNames {
-            scopes: vec![prefix.to_owned()],
-            projections: ProjectionLayout::Separate {
-                query: name("q_proj"),
-                key: name("k_proj"),
-                value: name("v_proj"),
-                output: name("o_proj"),
-            },
-            qk_norm: None,
-            sinks: None,
-            relative_bias: None,
-            ignored: vec!["rotary_emb.inv_freq"],
-        };
-        let mut checkpoint = Checkpoint::open(path)?;
-        let device = self.query.weight.device();
-        load_layer_with(&names, self.config.clone(), &mut checkpoint, 0, &device)
-    }
+/// Loads `q_proj`, `k_proj`, `v_proj` and `o_proj` (weights `[out, in]`, and biases when the
+/// config has them) found under `prefix` in a safetensors file into `attention`, under the names
+/// Hugging Face Llama, Mistral and Qwen checkpoints use (`model.layers.0.self_attn.` is a prefix).
+/// Tensors stored in bf16, f16 or f64 are converted to f32.
+///
+/// Every projection must be present with its exact shape, and every other tensor under `prefix`
+/// is an error (a bias the config does not expect is not dropped in silence); tensors elsewhere
+/// in the file are ignored.
+pub fn load_attention_safetensors(
+    attention: MultiHeadAttention,
+    path: impl AsRef<Path>,
+    prefix: &str,
+) -> Result<MultiHeadAttention, ModelError> {
+    let name = |projection: &str| format!("{prefix}{projection}");
+    let names = AttentionNames {
+        scopes: vec![prefix.to_owned()],
+        projections: ProjectionLayout::Separate {
+            query: name("q_proj"),
+            key: name("k_proj"),
+            value: name("v_proj"),
+            output: name("o_proj"),
+        },
+        qk_norm: None,
+        sinks: None,
+        relative_bias: None,
+        ignored: vec!["rotary_emb.inv_freq"],
+    };
+    let mut checkpoint = Checkpoint::open(path)?;
+    let device = attention.query.weight.device();
+    load_layer_with(
+        &names,
+        attention.config().clone(),
+        &mut checkpoint,
+        0,
+        &device,
+    )
 }
 
 #[cfg(test)]
@@ -47,7 +51,8 @@ mod tests {
     use positional::for_each_backend;
     use positional::testing::{assert_close, floats};
 
-    use crate::{LinearWeights, MultiHeadAttentionConfig};
+    use super::load_attention_safetensors;
+    use attention::{LinearWeights, MultiHeadAttentionConfig};
 
     /// Writes f32 tensors as a safetensors file by hand: an 8-byte header length, a JSON header,
     /// then the raw little-endian data, as PyTorch's `safetensors.torch.save_file` does.
@@ -113,10 +118,7 @@ mod tests {
         ));
         write_safetensors(&path, &tensors);
 
-        let loaded = config
-            .init(device)
-            .try_load_safetensors(&path, prefix)
-            .unwrap();
+        let loaded = load_attention_safetensors(config.init(device), &path, prefix).unwrap();
         let weights = |i: usize| LinearWeights {
             weight: Tensor::from_data(
                 burn::tensor::TensorData::new(tensors[2 * i].2.clone(), tensors[2 * i].1.clone()),
@@ -140,18 +142,14 @@ mod tests {
         // (outputs reach ~20, so f32 rounding is ~1e-6 there).
         assert_close(&loaded.forward(x, None).into_data(), &want, 1e-4);
 
-        let err = config
-            .init(device)
-            .try_load_safetensors(&path, "model.layers.1.self_attn.")
-            .unwrap_err();
+        let err =
+            load_attention_safetensors(config.init(device), &path, "model.layers.1.self_attn.")
+                .unwrap_err();
         assert!(err.to_string().contains("has no tensor"), "{err}");
 
         // A bias the config does not expect is an error naming it, not dropped.
-        let err = MultiHeadAttentionConfig::new(8, 2)
-            .with_n_kv_heads(Some(1))
-            .init(device)
-            .try_load_safetensors(&path, prefix)
-            .unwrap_err();
+        let unbiased = MultiHeadAttentionConfig::new(8, 2).with_n_kv_heads(Some(1));
+        let err = load_attention_safetensors(unbiased.init(device), &path, prefix).unwrap_err();
         assert!(err.to_string().contains("q_proj.bias"), "{err}");
         std::fs::remove_file(&path).unwrap();
     }

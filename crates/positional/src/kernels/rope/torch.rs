@@ -22,7 +22,7 @@ use burn::backend::libtorch::TchTensor;
 use tch::{Device, Kind, Tensor};
 
 use super::cpu::{RowOrder, RowView, Tables, rotate_in_place, rotate_into};
-use crate::rope::fused::RotaryBackend;
+use crate::kernels::rope::RotaryBackend;
 
 impl RotaryBackend for LibTorch {
     fn rotate(

@@ -298,7 +298,7 @@ mod ndarray_backend {
     use ndarray::{ArrayView, IxDyn};
 
     use super::{Options, Strided, decode};
-    use crate::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::decode_attention::DecodeAttentionBackend;
 
     impl DecodeAttentionBackend for NdArray {
         fn decode_attention(
@@ -382,7 +382,7 @@ mod flex {
     use burn::tensor::TensorData;
 
     use super::{Options, Strided, decode};
-    use crate::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::decode_attention::DecodeAttentionBackend;
 
     impl DecodeAttentionBackend for Flex {
         fn decode_attention(
@@ -450,7 +450,7 @@ mod torch {
     use tch::{Device, Kind, Tensor};
 
     use super::{Options, Strided, decode};
-    use crate::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::decode_attention::DecodeAttentionBackend;
 
     impl DecodeAttentionBackend for LibTorch {
         /// The CPU loop over torch's buffers; `available` offers it on the CPU device only.

@@ -141,13 +141,13 @@ mod tests {
             q: Tensor<4>,
             k: Tensor<4>,
             v: Tensor<4>,
-            bias: Tensor<3>,
+            bias: Tensor<4>,
             scale: f64,
             causal: bool,
         ) -> Tensor<4> {
             let [_, _, q_len, _] = q.dims();
             let k_len = k.dims()[2];
-            let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.unsqueeze::<4>();
+            let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias;
             if causal {
                 let device = scores.device();
                 let query_positions =
@@ -190,7 +190,7 @@ mod tests {
                             q.clone(),
                             k.clone(),
                             v.clone(),
-                            alibi.bias(q_len, k_len),
+                            alibi.bias(k_len - q_len, q_len, 0, k_len),
                             scale,
                             causal,
                         );

@@ -16,9 +16,11 @@
 //! error that names it.
 
 mod checkpoint;
+mod import;
 mod names;
 
 pub use checkpoint::Checkpoint;
+pub use import::load_attention_safetensors;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
 
 use burn::tensor::{Device, Tensor};
@@ -28,10 +30,10 @@ use positional::{
 };
 use serde_json::{Map, Value};
 
-use crate::MultiHeadAttention;
-use crate::attention::LinearWeights;
-use crate::config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
-use crate::error::AttentionError;
+use crate::error::ModelError;
+use attention::LinearWeights;
+use attention::MultiHeadAttention;
+use attention::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 
 type Object = Map<String, Value>;
 
@@ -44,11 +46,11 @@ pub struct HuggingFaceConfig {
 
 impl HuggingFaceConfig {
     /// Parses the text of a `config.json`.
-    pub fn from_json(text: &str) -> Result<Self, AttentionError> {
+    pub fn from_json(text: &str) -> Result<Self, ModelError> {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| AttentionError::input("config.json", "", format!("is not JSON: {e}")))?;
+            .map_err(|e| ModelError::input("config.json", "", format!("is not JSON: {e}")))?;
         let Value::Object(json) = value else {
-            return Err(AttentionError::input(
+            return Err(ModelError::input(
                 "config.json",
                 "",
                 "must be a JSON object",
@@ -57,7 +59,7 @@ impl HuggingFaceConfig {
         let model_type = match json.get("model_type") {
             Some(Value::String(model_type)) => model_type.clone(),
             other => {
-                return Err(AttentionError::config(
+                return Err(ModelError::config(
                     "model_type",
                     other,
                     "must be a string naming the model family",
@@ -65,7 +67,7 @@ impl HuggingFaceConfig {
             }
         };
         if AttentionNames::of_family(&model_type).is_none() {
-            return Err(AttentionError::config(
+            return Err(ModelError::config(
                 "model_type",
                 &model_type,
                 "is not a supported family (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, \
@@ -76,10 +78,10 @@ impl HuggingFaceConfig {
     }
 
     /// Reads `config.json` in `dir`.
-    pub fn from_dir(dir: impl AsRef<std::path::Path>) -> Result<Self, AttentionError> {
+    pub fn from_dir(dir: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
         let path = dir.as_ref().join("config.json");
         let text = std::fs::read_to_string(&path)
-            .map_err(|e| AttentionError::input("path", &path, format!("cannot be read: {e}")))?;
+            .map_err(|e| ModelError::input("path", &path, format!("cannot be read: {e}")))?;
         Self::from_json(&text)
     }
 
@@ -94,19 +96,16 @@ impl HuggingFaceConfig {
     }
 
     /// Number of layers (`num_hidden_layers`, `n_layer`, `n_layers`, `num_layers`).
-    pub fn num_layers(&self) -> Result<usize, AttentionError> {
+    pub fn num_layers(&self) -> Result<usize, ModelError> {
         self.first_integer(&["num_hidden_layers", "n_layer", "n_layers", "num_layers"])?
-            .ok_or_else(|| AttentionError::config("num_hidden_layers", Value::Null, "is required"))
+            .ok_or_else(|| ModelError::config("num_hidden_layers", Value::Null, "is required"))
     }
 
     /// The configuration of layer `layer`'s attention.
-    pub fn attention_config(
-        &self,
-        layer: usize,
-    ) -> Result<MultiHeadAttentionConfig, AttentionError> {
+    pub fn attention_config(&self, layer: usize) -> Result<MultiHeadAttentionConfig, ModelError> {
         let layers = self.num_layers()?;
         if layer >= layers {
-            return Err(AttentionError::input(
+            return Err(ModelError::input(
                 "layer",
                 layer,
                 format!("must be below the number of layers ({layers})"),
@@ -120,8 +119,7 @@ impl HuggingFaceConfig {
             .with_n_kv_heads(n_kv_heads)
             .with_head_dim(self.integer("head_dim")?);
         let attention_bias = self.boolean("attention_bias")?;
-        let dropout =
-            |field| -> Result<f64, AttentionError> { Ok(self.number(field)?.unwrap_or(0.0)) };
+        let dropout = |field| -> Result<f64, ModelError> { Ok(self.number(field)?.unwrap_or(0.0)) };
         let config = match self.model_type.as_str() {
             "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text" | "gemma3"
             | "phi3" | "gpt_oss" => {
@@ -139,7 +137,7 @@ impl HuggingFaceConfig {
                 let scale = match gemma {
                     true => {
                         let scalar = self.number("query_pre_attn_scalar")?.ok_or_else(|| {
-                            AttentionError::config(
+                            ModelError::config(
                                 "query_pre_attn_scalar",
                                 Value::Null,
                                 "is required for Gemma",
@@ -208,7 +206,7 @@ impl HuggingFaceConfig {
                 match self.string("position_embedding_type")? {
                     None | Some("absolute") => {}
                     Some(other) => {
-                        return Err(AttentionError::config(
+                        return Err(ModelError::config(
                             "position_embedding_type",
                             other,
                             "must be \"absolute\" (relative_key variants are not supported)",
@@ -243,7 +241,7 @@ impl HuggingFaceConfig {
         &self,
         n_heads: usize,
         is_decoder: bool,
-    ) -> Result<RelativePositionBiasConfig, AttentionError> {
+    ) -> Result<RelativePositionBiasConfig, ModelError> {
         let mut config = RelativePositionBiasConfig::new(n_heads).with_bidirectional(!is_decoder);
         if let Some(buckets) = self.integer("relative_attention_num_buckets")? {
             config = config.with_num_buckets(buckets);
@@ -255,16 +253,13 @@ impl HuggingFaceConfig {
     }
 
     /// MPT's `attn_config`: ALiBi or learned positions, and the options it can take.
-    fn mpt(
-        &self,
-        base: MultiHeadAttentionConfig,
-    ) -> Result<MultiHeadAttentionConfig, AttentionError> {
+    fn mpt(&self, base: MultiHeadAttentionConfig) -> Result<MultiHeadAttentionConfig, ModelError> {
         let empty = Object::new();
         let attn = match self.json.get("attn_config") {
             None | Some(Value::Null) => &empty,
             Some(Value::Object(attn)) => attn,
             Some(other) => {
-                return Err(AttentionError::config(
+                return Err(ModelError::config(
                     "attn_config",
                     other,
                     "must be an object",
@@ -281,7 +276,7 @@ impl HuggingFaceConfig {
             match field(name) {
                 None | Some(Value::Bool(false)) => {}
                 Some(value) => {
-                    return Err(AttentionError::config(
+                    return Err(ModelError::config(
                         "attn_config",
                         format!("{name}: {value}"),
                         format!("{what} is not supported"),
@@ -292,13 +287,13 @@ impl HuggingFaceConfig {
         let scale = match field("softmax_scale") {
             None => None,
             Some(value) => Some(value.as_f64().ok_or_else(|| {
-                AttentionError::config("attn_config.softmax_scale", value, "must be a number")
+                ModelError::config("attn_config.softmax_scale", value, "must be a number")
             })?),
         };
         let alibi = match field("alibi") {
             None => false,
             Some(value) => value.as_bool().ok_or_else(|| {
-                AttentionError::config("attn_config.alibi", value, "must be true or false")
+                ModelError::config("attn_config.alibi", value, "must be true or false")
             })?,
         };
         let positional = match alibi {
@@ -306,11 +301,7 @@ impl HuggingFaceConfig {
                 let max_bias = match field("alibi_bias_max") {
                     None => 8.0,
                     Some(value) => value.as_f64().ok_or_else(|| {
-                        AttentionError::config(
-                            "attn_config.alibi_bias_max",
-                            value,
-                            "must be a number",
-                        )
+                        ModelError::config("attn_config.alibi_bias_max", value, "must be a number")
                     })?,
                 };
                 PositionalScheme::Alibi { max_bias }
@@ -327,7 +318,7 @@ impl HuggingFaceConfig {
     }
 
     /// The window of layer `layer`, if it is a sliding-window layer.
-    fn sliding_window(&self, layer: usize) -> Result<Option<usize>, AttentionError> {
+    fn sliding_window(&self, layer: usize) -> Result<Option<usize>, ModelError> {
         let window = self.integer("sliding_window")?;
         let Some(layer_types) = self.layer_types()? else {
             // Mistral and Phi-3 slide every layer when a window is set; Qwen2 only with
@@ -340,19 +331,19 @@ impl HuggingFaceConfig {
         };
         match layer_types.get(layer).map(String::as_str) {
             Some("sliding_attention") => window.map(Some).ok_or_else(|| {
-                AttentionError::config(
+                ModelError::config(
                     "sliding_window",
                     Value::Null,
                     format!("is required: layer {layer} is a sliding_attention layer"),
                 )
             }),
             Some("full_attention") => Ok(None),
-            Some(other) => Err(AttentionError::config(
+            Some(other) => Err(ModelError::config(
                 "layer_types",
                 other,
                 "must name sliding_attention or full_attention for every layer",
             )),
-            None => Err(AttentionError::config(
+            None => Err(ModelError::config(
                 "layer_types",
                 layer_types.len(),
                 format!("must name a type for every layer (layer {layer} has none)"),
@@ -361,7 +352,7 @@ impl HuggingFaceConfig {
     }
 
     /// `layer_types`, when the config has it: one name per layer.
-    fn layer_types(&self) -> Result<Option<Vec<String>>, AttentionError> {
+    fn layer_types(&self) -> Result<Option<Vec<String>>, ModelError> {
         let types = match self.json.get("layer_types") {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::Array(types)) => types
@@ -369,10 +360,10 @@ impl HuggingFaceConfig {
                 .map(|t| t.as_str().map(str::to_owned))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| {
-                    AttentionError::config("layer_types", types, "must be a list of strings")
+                    ModelError::config("layer_types", types, "must be a list of strings")
                 })?,
             Some(other) => {
-                return Err(AttentionError::config(
+                return Err(ModelError::config(
                     "layer_types",
                     other,
                     "must be a list of strings",
@@ -384,7 +375,7 @@ impl HuggingFaceConfig {
         // at the layer that lacks one.
         let layers = self.num_layers()?;
         if types.len() != layers {
-            return Err(AttentionError::config(
+            return Err(ModelError::config(
                 "layer_types",
                 types.len(),
                 format!("must name one type per layer (num_hidden_layers = {layers})"),
@@ -394,12 +385,12 @@ impl HuggingFaceConfig {
     }
 
     /// The RoPE settings of layer `layer` (its layer type's, when `rope_parameters` are per type).
-    fn rope(&self, layer: usize) -> Result<RotaryEncodingConfig, AttentionError> {
+    fn rope(&self, layer: usize) -> Result<RotaryEncodingConfig, ModelError> {
         let json = Value::Object(self.json.clone());
         let per_type = RotaryEncodingConfig::from_huggingface_layer_types_value(&json)?;
         let layer_type = match self.layer_types()? {
             Some(types) => types.get(layer).cloned().ok_or_else(|| {
-                AttentionError::config(
+                ModelError::config(
                     "layer_types",
                     types.len(),
                     format!("must name a type for every layer (layer {layer} has none)"),
@@ -408,7 +399,7 @@ impl HuggingFaceConfig {
             None => "full_attention".to_owned(),
         };
         per_type.get(&layer_type).cloned().ok_or_else(|| {
-            AttentionError::config(
+            ModelError::config(
                 "rope_parameters",
                 per_type.keys().collect::<Vec<_>>(),
                 format!("has no settings for layer type {layer_type:?}"),
@@ -416,9 +407,9 @@ impl HuggingFaceConfig {
         })
     }
 
-    fn refuse_true(&self, field: &'static str) -> Result<(), AttentionError> {
+    fn refuse_true(&self, field: &'static str) -> Result<(), ModelError> {
         match self.boolean(field)? {
-            Some(true) => Err(AttentionError::config(
+            Some(true) => Err(ModelError::config(
                 field,
                 true,
                 "is not supported by this loader",
@@ -434,23 +425,23 @@ impl HuggingFaceConfig {
         field: &'static str,
         read: impl Fn(&'a Value) -> Option<T>,
         expected: &str,
-    ) -> Result<Option<T>, AttentionError> {
+    ) -> Result<Option<T>, ModelError> {
         match self.json.get(field) {
             None | Some(Value::Null) => Ok(None),
             Some(value) => read(value)
                 .map(Some)
-                .ok_or_else(|| AttentionError::config(field, value, expected)),
+                .ok_or_else(|| ModelError::config(field, value, expected)),
         }
     }
 
     /// `field` as a whole number; `None` when absent or null, an error naming it otherwise.
-    pub fn integer(&self, field: &'static str) -> Result<Option<usize>, AttentionError> {
+    pub fn integer(&self, field: &'static str) -> Result<Option<usize>, ModelError> {
         let whole = |v: &Value| v.as_u64().and_then(|v| usize::try_from(v).ok());
         self.typed(field, whole, "must be a whole number")
     }
 
     /// The first of `fields` present, as a whole number (families spell sizes differently).
-    pub fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, AttentionError> {
+    pub fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, ModelError> {
         for field in fields {
             if let Some(value) = self.integer(field)? {
                 return Ok(Some(value));
@@ -461,9 +452,9 @@ impl HuggingFaceConfig {
 
     /// As [`first_integer`](Self::first_integer), an error naming `fields[0]` when none is
     /// present.
-    pub fn required_integer(&self, fields: &[&'static str]) -> Result<usize, AttentionError> {
+    pub fn required_integer(&self, fields: &[&'static str]) -> Result<usize, ModelError> {
         self.first_integer(fields)?.ok_or_else(|| {
-            AttentionError::config(
+            ModelError::config(
                 fields[0],
                 Value::Null,
                 format!("is required (or one of {fields:?})"),
@@ -472,17 +463,17 @@ impl HuggingFaceConfig {
     }
 
     /// `field` as a number; `None` when absent or null, an error naming it otherwise.
-    pub fn number(&self, field: &'static str) -> Result<Option<f64>, AttentionError> {
+    pub fn number(&self, field: &'static str) -> Result<Option<f64>, ModelError> {
         self.typed(field, Value::as_f64, "must be a number")
     }
 
     /// `field` as true or false; `None` when absent or null, an error naming it otherwise.
-    pub fn boolean(&self, field: &'static str) -> Result<Option<bool>, AttentionError> {
+    pub fn boolean(&self, field: &'static str) -> Result<Option<bool>, ModelError> {
         self.typed(field, Value::as_bool, "must be true or false")
     }
 
     /// `field` as a string; `None` when absent or null, an error naming it otherwise.
-    pub fn string(&self, field: &'static str) -> Result<Option<&str>, AttentionError> {
+    pub fn string(&self, field: &'static str) -> Result<Option<&str>, ModelError> {
         self.typed(field, Value::as_str, "must be a string")
     }
 }
@@ -493,7 +484,7 @@ pub fn load_layer(
     dir: impl AsRef<std::path::Path>,
     layer: usize,
     device: &Device,
-) -> Result<MultiHeadAttention, AttentionError> {
+) -> Result<MultiHeadAttention, ModelError> {
     let config = HuggingFaceConfig::from_dir(&dir)?;
     let mut checkpoint = Checkpoint::open(dir.as_ref())?;
     load_layer_from(&config, &mut checkpoint, layer, device)
@@ -506,7 +497,7 @@ pub fn load_layer_from(
     checkpoint: &mut Checkpoint,
     layer: usize,
     device: &Device,
-) -> Result<MultiHeadAttention, AttentionError> {
+) -> Result<MultiHeadAttention, ModelError> {
     let attention_config = config.attention_config(layer)?;
     let family = AttentionNames::of_family(config.model_type())
         .expect("from_json accepts only families with names");
@@ -521,7 +512,7 @@ pub fn load_layer_from(
 pub fn check_layer_count(
     config: &HuggingFaceConfig,
     checkpoint: &Checkpoint,
-) -> Result<(), AttentionError> {
+) -> Result<(), ModelError> {
     let layers = config.num_layers()?;
     let family = AttentionNames::of_family(config.model_type())
         .expect("from_json accepts only families with names");
@@ -531,7 +522,7 @@ pub fn check_layer_count(
         return Ok(());
     }
     let present = (0..layers).take_while(|&layer| has_layer(layer)).count();
-    Err(AttentionError::config(
+    Err(ModelError::config(
         "num_hidden_layers",
         layers,
         format!("the checkpoint holds the attention of {present} layers"),
@@ -543,10 +534,10 @@ pub fn load_relative_bias(
     config: &HuggingFaceConfig,
     checkpoint: &mut Checkpoint,
     device: &Device,
-) -> Result<RelativePositionBias, AttentionError> {
+) -> Result<RelativePositionBias, ModelError> {
     let first = load_layer_from(config, checkpoint, 0, device)?;
     first.relative.ok_or_else(|| {
-        AttentionError::config(
+        ModelError::config(
             "model_type",
             config.model_type(),
             "has no relative position bias",
@@ -561,7 +552,7 @@ pub fn load_learned_positions(
     config: &HuggingFaceConfig,
     checkpoint: &mut Checkpoint,
     device: &Device,
-) -> Result<LearnedPositionalEmbedding, AttentionError> {
+) -> Result<LearnedPositionalEmbedding, ModelError> {
     let (name, length_fields): (&str, &[&'static str]) = match config.model_type() {
         "gpt2" => (
             "transformer.wpe.weight",
@@ -573,7 +564,7 @@ pub fn load_learned_positions(
         ),
         "mpt" => ("transformer.wpe.weight", &["max_seq_len"]),
         other => {
-            return Err(AttentionError::config(
+            return Err(ModelError::config(
                 "model_type",
                 other,
                 "has no learned absolute positions (gpt2, bert and mpt have)",
@@ -589,7 +580,7 @@ pub fn load_learned_positions(
         .into_iter()
         .find(|candidate| checkpoint.contains(candidate))
         .ok_or_else(|| {
-            AttentionError::input(
+            ModelError::input(
                 "checkpoint",
                 checkpoint.path(),
                 format!("has no position table {name:?}"),
@@ -607,7 +598,7 @@ fn family_names_in(
     checkpoint: &Checkpoint,
     layer: usize,
     model_type: &str,
-) -> Result<AttentionNames, AttentionError> {
+) -> Result<AttentionNames, ModelError> {
     let wrappers = ["", "bert.", "transformer.", "model."];
     let mut candidates = vec![
         family.clone(),
@@ -625,7 +616,7 @@ fn family_names_in(
         .into_iter()
         .find(|names| checkpoint.contains(&names.probe(layer)))
         .ok_or_else(|| {
-            AttentionError::input(
+            ModelError::input(
                 "checkpoint",
                 checkpoint.path(),
                 format!(
@@ -644,12 +635,12 @@ pub fn load_layer_with(
     checkpoint: &mut Checkpoint,
     layer: usize,
     device: &Device,
-) -> Result<MultiHeadAttention, AttentionError> {
+) -> Result<MultiHeadAttention, ModelError> {
     let at = |name: &str| AttentionNames::at(name, layer);
     let head_dim = config.head_dim();
     let (n_heads, kv_heads) = (config.n_heads, config.kv_heads());
     let (q_width, kv_width) = (n_heads * head_dim, kv_heads * head_dim);
-    let mut linear = |name: &str, bias: bool| -> Result<LinearWeights, AttentionError> {
+    let mut linear = |name: &str, bias: bool| -> Result<LinearWeights, ModelError> {
         let weight = checkpoint.tensor::<2>(&format!("{name}.weight"), device)?;
         let bias = match bias {
             true => Some(checkpoint.tensor::<1>(&format!("{name}.bias"), device)?),
@@ -671,7 +662,7 @@ pub fn load_layer_with(
         ),
         ProjectionLayout::Fused { qkv, order, output } => {
             if !(config.query_bias == config.key_bias && config.key_bias == config.value_bias) {
-                return Err(AttentionError::config(
+                return Err(ModelError::config(
                     "query_bias",
                     config.query_bias,
                     "must equal key_bias and value_bias for a fused projection",
@@ -723,7 +714,7 @@ pub fn load_layer_with(
     let scopes: Vec<String> = names.scopes.iter().map(|scope| at(scope)).collect();
     let unread = checkpoint.unread(&scopes, &names.ignored);
     if !unread.is_empty() {
-        return Err(AttentionError::input(
+        return Err(ModelError::input(
             "checkpoint",
             unread,
             "holds tensors of this attention layer that its configuration does not use",
@@ -738,10 +729,10 @@ fn head_weight(
     name: &str,
     len: usize,
     device: &Device,
-) -> Result<burn::module::Param<Tensor<1>>, AttentionError> {
+) -> Result<burn::module::Param<Tensor<1>>, ModelError> {
     let weight = checkpoint.tensor::<1>(name, device)?;
     if weight.dims() != [len] {
-        return Err(AttentionError::input(
+        return Err(ModelError::input(
             "checkpoint",
             name,
             format!("has shape {:?}; expected [{len}]", weight.dims()),
@@ -757,11 +748,11 @@ fn split_fused(
     widths: [usize; 3],
     head_dim: usize,
     name: &str,
-) -> Result<[LinearWeights; 3], AttentionError> {
+) -> Result<[LinearWeights; 3], ModelError> {
     let [rows, d_input] = fused.weight.dims();
     let total: usize = widths.iter().sum();
     if rows != total {
-        return Err(AttentionError::input(
+        return Err(ModelError::input(
             "checkpoint",
             name,
             format!("has {rows} output features; the config gives q + k + v = {total}"),
@@ -798,7 +789,7 @@ fn split_fused(
         }
     };
     if order == FusedOrder::PerHead && !(widths[0] == widths[1] && widths[1] == widths[2]) {
-        return Err(AttentionError::input(
+        return Err(ModelError::input(
             "checkpoint",
             name,
             "a per-head fused projection needs as many key/value heads as query heads",

@@ -4,7 +4,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::row_tasks::in_tasks;
+use crate::kernels::row_tasks::in_tasks;
 
 /// Dense `[batch, seq, width]` rows and the dense `[rows, width]` table they take their position
 /// rows from, from row `offset` on.
@@ -92,8 +92,8 @@ mod flex {
     use burn::tensor::TensorData;
 
     use super::{add, add_in_place};
-    use crate::position_rows::PositionRowsBackend;
-    use crate::row_tasks::flex_contiguous;
+    use crate::kernels::position_rows::PositionRowsBackend;
+    use crate::kernels::row_tasks::flex_contiguous;
 
     impl PositionRowsBackend for Flex {
         fn add_position_rows(mut x: FlexTensor, table: FlexTensor, offset: usize) -> FlexTensor {
@@ -123,7 +123,7 @@ mod ndarray_backend {
     use ndarray::{ArrayView, IxDyn};
 
     use super::{add, add_in_place};
-    use crate::position_rows::PositionRowsBackend;
+    use crate::kernels::position_rows::PositionRowsBackend;
 
     impl PositionRowsBackend for NdArray {
         fn add_position_rows(

@@ -10,7 +10,7 @@ use burn::store::{ModuleStore, SafetensorsStore, bridge};
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
 
-use crate::error::AttentionError;
+use crate::error::ModelError;
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
@@ -34,9 +34,9 @@ impl std::fmt::Debug for Checkpoint {
 impl Checkpoint {
     /// Opens `path`: a `.safetensors` file, a `model.safetensors.index.json`, or a directory that
     /// holds either (the single file is preferred). Tensors load as f32.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, AttentionError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
-        let file_error = |what: String| AttentionError::input("path", path, what);
+        let file_error = |what: String| ModelError::input("path", path, what);
         let path = if path.is_dir() {
             let single = path.join("model.safetensors");
             let sharded = path.join("model.safetensors.index.json");
@@ -62,7 +62,7 @@ impl Checkpoint {
         for (shard, file) in files.iter().enumerate() {
             let mut store = SafetensorsStore::from_file(file);
             let tensors = store.get_all_tensors().map_err(|e| {
-                AttentionError::input(
+                ModelError::input(
                     "path",
                     file,
                     format!("is not a readable safetensors file: {e}"),
@@ -72,7 +72,7 @@ impl Checkpoint {
                 // Two shards holding one name would leave the loaded weights to the order the
                 // shards were read in.
                 if let Some((first, _)) = index.get(name.as_str()) {
-                    return Err(AttentionError::input(
+                    return Err(ModelError::input(
                         "checkpoint",
                         name,
                         format!(
@@ -90,7 +90,7 @@ impl Checkpoint {
         for (name, named_file) in &weight_map {
             let found = index.get(name).map(|(shard, _)| &files[*shard]);
             if found != Some(named_file) {
-                return Err(AttentionError::input(
+                return Err(ModelError::input(
                     "checkpoint",
                     name,
                     format!(
@@ -145,31 +145,30 @@ impl Checkpoint {
         &mut self,
         name: &str,
         device: &Device,
-    ) -> Result<Tensor<D>, AttentionError> {
+    ) -> Result<Tensor<D>, ModelError> {
         let Some((shard, shape)) = self.index.get(name).cloned() else {
-            return Err(AttentionError::input(
+            return Err(ModelError::input(
                 "checkpoint",
                 &self.path,
                 format!("has no tensor {name:?}"),
             ));
         };
         if shape.len() != D {
-            return Err(AttentionError::input(
+            return Err(ModelError::input(
                 "checkpoint",
                 name,
                 format!("has shape {shape:?}; expected {D} axes"),
             ));
         }
         let store = &mut self.shards[shard];
-        let read_error = |e: String| {
-            AttentionError::input("checkpoint", name, format!("could not be read: {e}"))
-        };
+        let read_error =
+            |e: String| ModelError::input("checkpoint", name, format!("could not be read: {e}"));
         let tensor = store
             .get_tensor(name)
             .map_err(|e| read_error(e.to_string()))?
             .ok_or_else(|| read_error("missing from its shard".into()))?;
         if !tensor.dtype.is_float() {
-            return Err(AttentionError::input(
+            return Err(ModelError::input(
                 "checkpoint",
                 name,
                 format!("is stored as {:?}; a float dtype is expected", tensor.dtype),
@@ -179,7 +178,7 @@ impl Checkpoint {
         // fail at the first kernel that reads it.
         let dtype = DType::from(self.float_dtype);
         if let Some(why) = unallocatable(&shape, dtype.size(), device) {
-            return Err(AttentionError::input("checkpoint", name, why));
+            return Err(ModelError::input("checkpoint", name, why));
         }
         let data: TensorData = bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))?;
         let data = data.convert_dtype(dtype);
@@ -207,8 +206,8 @@ impl Checkpoint {
 
 /// The shard files of a `model.safetensors.index.json` (its `weight_map` values), in order, and
 /// the file the map names for each tensor.
-fn shard_files(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), AttentionError> {
-    let error = |what: String| AttentionError::input("path", index, what);
+fn shard_files(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>), ModelError> {
+    let error = |what: String| ModelError::input("path", index, what);
     let text = std::fs::read_to_string(index).map_err(|e| error(format!("cannot be read: {e}")))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| error(format!("is not JSON: {e}")))?;

@@ -1,7 +1,7 @@
 //! The fused rotation: one pass over `x` per call, as a Burn backend extension.
 //!
 //! [`RotaryBackend::rotate`] computes what
-//! [`RotaryAngles::try_apply_reference`](super::RotaryAngles::try_apply_reference) computes with
+//! [`RotaryAngles::try_apply_reference`](crate::rope::RotaryAngles::try_apply_reference) computes with
 //! Burn's tensor ops, `x * cos + swap_pairs(x) * sin` on the first `rotary_dim` features and a
 //! copy of the rest, but reads `x` once and writes the output once: a multithreaded loop over the
 //! raw buffer on flex, ndarray and LibTorch's CPU device (`cpu.rs`, `torch.rs`), one CubeCL
@@ -30,7 +30,7 @@ mod torch;
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
-use super::RopeLayout;
+use crate::rope::RopeLayout;
 
 /// A rotation of `[batch, heads, seq, head_dim]` features by per-position angles, run by each
 /// backend in one pass.
@@ -72,7 +72,7 @@ pub trait RotaryBackend: burn::backend::Backend {
 
 /// Whether [`rotate`] runs for these tensors: their backend has a fused kernel here and they
 /// are f32. Otherwise the caller takes the tensor-op path.
-pub(super) fn available(x: &Tensor<4>, cos: &Tensor<3>) -> bool {
+pub(crate) fn available(x: &Tensor<4>, cos: &Tensor<3>) -> bool {
     x.dtype() == DType::F32 && cos.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
 }
 
@@ -80,7 +80,7 @@ pub(super) fn available(x: &Tensor<4>, cos: &Tensor<3>) -> bool {
 ///
 /// Shapes are the caller's to check: `cos` and `sin` are `[batch or 1, rows, rotary_dim]` with
 /// rows `table_offset .. table_offset + seq` those of `x`'s positions.
-pub(super) fn rotate(
+pub(crate) fn rotate(
     x: Tensor<4>,
     cos: Tensor<3>,
     sin: Tensor<3>,
@@ -100,7 +100,7 @@ pub(super) fn rotate(
 
 /// Whether [`RotaryBackend`] is implemented for the backend of `device`. Burn features enabled by
 /// another crate can add backends this crate was not built for.
-pub(super) fn has_kernel(device: &DispatchDevice) -> bool {
+pub(crate) fn has_kernel(device: &DispatchDevice) -> bool {
     match device {
         #[cfg(feature = "flex")]
         DispatchDevice::Flex(_) => true,

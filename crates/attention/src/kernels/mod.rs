@@ -1,0 +1,11 @@
+//! The backend kernels of this crate, behind Burn's backend-extension traits; the attention module
+//! keeps the explicit tensor-op path beside them as their reference, and tests hold one to the
+//! other.
+//!
+//! - [`alibi_attention`]: causal ALiBi attention without the `[heads, seq, seq]` bias tensor, on
+//!   the CPU backends, CubeCL and LibTorch's SDPA.
+//! - [`decode_attention`]: one decoding step against the KV cache, chunked across threads on the
+//!   CPU backends and one kernel on CubeCL.
+
+pub(crate) mod alibi_attention;
+pub(crate) mod decode_attention;

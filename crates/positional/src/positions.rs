@@ -1,0 +1,118 @@
+//! Where each token sits: the one type every position-aware module takes.
+
+use burn::tensor::{Device, Int, Tensor};
+
+use crate::error::PositionalError;
+
+/// The positions of a call's tokens, as every position-aware module of this workspace takes them
+/// (sinusoids, learned tables, RoPE, ALiBi, T5's bias, attention, whole models).
+///
+/// Most calls pass a plain number: `rope.forward(q, k, 0)` is a prefill, `rope.forward(q, k,
+/// cache_len)` a decoding step. Per-token positions pass a tensor: a left-padded batch's
+/// `cumsum(!padding) - 1`, as Hugging Face's `generate` computes them.
+///
+/// The enum is non-exhaustive: multi-axis positions `[batch, seq, axes]` (M-RoPE's time, height
+/// and width) join it with the schemes that read them.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Positions {
+    /// Token `i` of every row sits at `start + i`.
+    Start(usize),
+    /// `[batch, seq]`: token `i` of row `b` sits at `ids[b, i]`. Positions need not be sorted.
+    Ids(Tensor<2, Int>),
+}
+
+impl Positions {
+    /// The per-token positions, or `None` for a start offset.
+    pub fn ids(&self) -> Option<&Tensor<2, Int>> {
+        match self {
+            Self::Ids(ids) => Some(ids),
+            Self::Start(_) => None,
+        }
+    }
+}
+
+impl Positions {
+    /// The positions of `len` tokens in each of `batch` rows as a `[batch, len]` tensor in the
+    /// device's integer type: a start's range repeated per row, or the ids as given (a single
+    /// row repeated to `batch`). `input` names them in errors.
+    pub fn try_into_ids(
+        self,
+        input: &'static str,
+        batch: usize,
+        len: usize,
+        device: &Device,
+    ) -> Result<Tensor<2, Int>, PositionalError> {
+        match self {
+            Self::Start(start) => {
+                let end = start
+                    .checked_add(len)
+                    .filter(|&end| i64::try_from(end).is_ok())
+                    .ok_or_else(|| {
+                        PositionalError::input(input, start, format!("+ {len} must fit in i64"))
+                    })?;
+                let row: Vec<i64> = (start as i64..end as i64).collect();
+                let values = row.repeat(batch);
+                crate::ints::try_ints(input, values, [batch, len], device)
+            }
+            Self::Ids(ids) => {
+                let [rows, ids_len] = ids.dims();
+                if ids_len != len || !(rows == batch || rows == 1) {
+                    return Err(PositionalError::input(
+                        input,
+                        format!("dims {:?}", ids.dims()),
+                        format!("must be [batch or 1, len] = [{batch}, {len}]"),
+                    ));
+                }
+                let ids = crate::ints::device_ints(input, ids)?;
+                Ok(match rows == batch {
+                    true => ids,
+                    false => ids.repeat_dim(0, batch),
+                })
+            }
+        }
+    }
+
+    /// The largest row count of per-token positions among `positions`; 1 when none has any.
+    #[doc(hidden)]
+    pub fn batch_of(positions: &[&Self]) -> usize {
+        positions
+            .iter()
+            .filter_map(|p| p.ids())
+            .map(|ids| ids.dims()[0])
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+impl Default for Positions {
+    /// Token indices from 0.
+    fn default() -> Self {
+        Self::Start(0)
+    }
+}
+
+impl From<usize> for Positions {
+    fn from(start: usize) -> Self {
+        Self::Start(start)
+    }
+}
+
+impl From<Tensor<2, Int>> for Positions {
+    /// Per-token positions `[batch, seq]`.
+    fn from(ids: Tensor<2, Int>) -> Self {
+        Self::Ids(ids)
+    }
+}
+
+impl From<Tensor<1, Int>> for Positions {
+    /// Positions `[seq]` shared by every row, as `[1, seq]`.
+    fn from(ids: Tensor<1, Int>) -> Self {
+        match ids.dims() {
+            // Burn's reshape panics on an empty tensor (cubecl-zspace 0.11.3); an empty row of
+            // positions is made instead, which the modules then refuse by name.
+            [0] => Self::Ids(Tensor::zeros([1, 0], &ids.device())),
+            [seq] => Self::Ids(ids.reshape([1, seq])),
+        }
+    }
+}
