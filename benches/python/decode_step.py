@@ -1,7 +1,7 @@
 """Seconds per decoding step of the attention layer of `benches/benches/decode.rs` in PyTorch: the
 PyTorch side of the decode comparison in `cargo xtask bench`.
 
-    python3 decode_step.py [--lengths 128,512,2048,8192 | --lengths 128 512 ...] [--min-samples 30] [--min-seconds 0.5]
+    python3 decode_step.py [--lengths 128,512,2048,8192 | --lengths 128 512 ...] [--min-samples 30] [--min-seconds 0.5] [--device cpu|cuda] [--eager-only]
 
 The layer is written the way transformers' Llama attention runs it (d_model 512, 8 query heads and
 2 key/value heads of 64, RoPE in the half layout with theta 10000, no biases): q/k/v projections,
@@ -15,7 +15,8 @@ Prints one JSON object on stdout, and nothing else:
 {"eager": {"128": seconds, ...}, "compile": {"128": seconds, ...} or {"error": "..."},
  "threads": n, "torch": version}. The seconds are medians over at least `--min-samples` steps
 (and `--min-seconds` of stepping) after a warm-up. Progress and warnings go to stderr.
-Needs torch==2.9.0 (the xtask's LibTorch venv).
+Needs torch==2.9.0 (the xtask's LibTorch venv) on the CPU; `--device cuda` times the same step on a
+GPU (for the GPU figures in docs/performance.md), where the CUDA queue is drained by the read-back.
 """
 
 import argparse
@@ -81,13 +82,13 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(batch, seq, HEADS * HEAD_DIM))
 
 
-def inputs(length):
+def inputs(length, device):
     """The new token's hidden state, its position and a cache of `length` tokens."""
     x = torch.randn(1, 1, D_MODEL)
     position_ids = torch.tensor([[length]])
     keys = torch.randn(1, KV_HEADS, length, HEAD_DIM)
     values = torch.randn(1, KV_HEADS, length, HEAD_DIM)
-    return x, position_ids, keys, values
+    return tuple(t.to(device) for t in (x, position_ids, keys, values))
 
 
 def median_step(step, args, min_samples, min_seconds):
@@ -95,7 +96,7 @@ def median_step(step, args, min_samples, min_seconds):
 
     def once():
         start = time.perf_counter()
-        step(*args).numpy()
+        step(*args).tolist()
         return time.perf_counter() - start
 
     for _ in range(WARM_UP):
@@ -111,8 +112,8 @@ def median_step(step, args, min_samples, min_seconds):
 
 def measure(args):
     torch.manual_seed(0)
-    attention = Attention().eval()
-    cases = {length: inputs(length) for length in args.lengths}
+    attention = Attention().eval().to(args.device)
+    cases = {length: inputs(length, args.device) for length in args.lengths}
     result = {"eager": {}, "threads": torch.get_num_threads(), "torch": torch.__version__}
     with torch.no_grad():
         for length, case in cases.items():
@@ -120,6 +121,8 @@ def measure(args):
                 attention, case, args.min_samples, args.min_seconds
             )
             print(f"eager L={length}: {result['eager'][str(length)] * 1e6:.1f} µs", file=sys.stderr)
+        if args.eager_only:
+            return result
         try:
             # One graph per length: past dynamo's limit (8), it would silently run eager.
             torch._dynamo.config.recompile_limit = max(
@@ -150,6 +153,8 @@ def main():
     )
     parser.add_argument("--min-samples", type=int, default=30)
     parser.add_argument("--min-seconds", type=float, default=0.5)
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    parser.add_argument("--eager-only", action="store_true", help="skip torch.compile")
     args = parser.parse_args()
     args.lengths = [int(n) for text in args.lengths for n in text.split(",") if n]
 
