@@ -176,7 +176,7 @@ impl Transformer {
             )?);
         }
         let ids = positional::try_ints("prompts", ids, [batch, longest], &device)?;
-        let mut logits = self.try_forward_cached(ids, inputs, &mut caches)?;
+        let mut logits = self.try_forward_cached_checked_ids(ids, inputs, &mut caches)?;
 
         let mut sampler = Sampler::new(config.seed);
         let mut output: Vec<Vec<u32>> = vec![Vec::new(); batch];
@@ -231,7 +231,7 @@ impl Transformer {
                 )?);
             }
             let ids = positional::try_ints("tokens", next, [batch, 1], &device)?;
-            logits = self.try_forward_cached(ids, inputs, &mut caches)?;
+            logits = self.try_forward_cached_checked_ids(ids, inputs, &mut caches)?;
         }
         Ok(output)
     }

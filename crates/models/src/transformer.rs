@@ -357,6 +357,15 @@ impl ModelInputs {
     }
 }
 
+/// Whether a call's token ids still need their check against the vocabulary.
+#[derive(Debug, Clone, Copy)]
+enum IdsChecked {
+    /// Checked on the device (one reduction, read back): every public entry point.
+    No,
+    /// Checked on the host by the caller (`generate`).
+    Yes,
+}
+
 /// A whole transformer: a decoder returning logits or an encoder returning hidden states.
 #[derive(Module, Debug)]
 pub struct Transformer {
@@ -398,7 +407,7 @@ impl Transformer {
         ids: Tensor<2, Int>,
         inputs: ModelInputs,
     ) -> Result<Tensor<3>, ModelError> {
-        self.run(ids, inputs, None)
+        self.run(ids, inputs, None, IdsChecked::No)
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -414,6 +423,28 @@ impl Transformer {
         ids: Tensor<2, Int>,
         inputs: ModelInputs,
         caches: &mut [KvCache],
+    ) -> Result<Tensor<3>, ModelError> {
+        self.cached(ids, inputs, caches, IdsChecked::No)
+    }
+
+    /// [`try_forward_cached`](Self::try_forward_cached) of ids already checked against the
+    /// vocabulary on the host (`generate`'s prompts, and the tokens it samples): no reduction of
+    /// the ids is read back, so a decoding step reads nothing before its logits.
+    pub(crate) fn try_forward_cached_checked_ids(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor<3>, ModelError> {
+        self.cached(ids, inputs, caches, IdsChecked::Yes)
+    }
+
+    fn cached(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+        caches: &mut [KvCache],
+        checked: IdsChecked,
     ) -> Result<Tensor<3>, ModelError> {
         if caches.len() != self.blocks.len() {
             return Err(ModelError::input(
@@ -438,7 +469,7 @@ impl Transformer {
                 "an encoder with a shared relative bias (T5) attends to the whole input at once",
             ));
         }
-        self.run(ids, inputs, Some(caches))
+        self.run(ids, inputs, Some(caches), checked)
     }
 
     /// BERT's pooled output `[batch, d_model]`, `tanh(dense(h[:, 0]))`, from the last hidden
@@ -460,9 +491,22 @@ impl Transformer {
         ids: Tensor<2, Int>,
         inputs: ModelInputs,
         mut caches: Option<&mut [KvCache]>,
+        checked: IdsChecked,
     ) -> Result<Tensor<3>, ModelError> {
         let ids = device_ints("ids", ids)?;
-        self.check_ids(&ids)?;
+        match checked {
+            IdsChecked::No => self.check_ids(&ids)?,
+            IdsChecked::Yes => {
+                let [batch, seq] = ids.dims();
+                if batch == 0 || seq == 0 {
+                    return Err(ModelError::input(
+                        "ids.dims()",
+                        [batch, seq],
+                        "must hold at least one token in at least one row",
+                    ));
+                }
+            }
+        }
         let [batch, seq] = ids.dims();
         let logits = [batch, seq, self.config.vocab_size.max(self.config.d_model)];
         if let Some(why) = unallocatable(&logits, 4, &ids.device()) {

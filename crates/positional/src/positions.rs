@@ -74,8 +74,7 @@ impl Positions {
     }
 
     /// The largest row count of per-token positions among `positions`; 1 when none has any.
-    #[doc(hidden)]
-    pub fn batch_of(positions: &[&Self]) -> usize {
+    pub(crate) fn batch_of(positions: &[&Self]) -> usize {
         positions
             .iter()
             .filter_map(|p| p.ids())
