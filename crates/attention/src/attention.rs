@@ -292,17 +292,12 @@ impl MultiHeadAttention {
             ));
         }
         let past = cache.as_ref().map_or(0, |cache| cache.len());
-        // Positions that are the token indices take the index paths; any others become one id
-        // per token.
+        let device = self.query.weight.device();
         let positions = match positions {
+            Some(positions) => {
+                positions.try_into_ids_unless_indices(past, "positions", batch, seq, &device)?
+            }
             None => None,
-            Some(Positions::Start(start)) if start == past => None,
-            Some(positions) => Some(positions.try_into_ids(
-                "positions",
-                batch,
-                seq,
-                &self.query.weight.device(),
-            )?),
         };
         let (heads, kv_heads, head_dim) = (
             self.config.n_heads,

@@ -496,16 +496,7 @@ impl Transformer {
         let ids = device_ints("ids", ids)?;
         match checked {
             IdsChecked::No => self.check_ids(&ids)?,
-            IdsChecked::Yes => {
-                let [batch, seq] = ids.dims();
-                if batch == 0 || seq == 0 {
-                    return Err(ModelError::input(
-                        "ids.dims()",
-                        [batch, seq],
-                        "must hold at least one token in at least one row",
-                    ));
-                }
-            }
+            IdsChecked::Yes => check_not_empty(&ids, "ids.dims()")?,
         }
         let [batch, seq] = ids.dims();
         let logits = [batch, seq, self.config.vocab_size.max(self.config.d_model)];
@@ -552,11 +543,11 @@ impl Transformer {
                 format!("must equal the batch the caches were filled with ({rows})"),
             ));
         }
-        // Positions that are the token indices need no ids; any others become one per token.
         let positions = match positions {
+            Some(positions) => {
+                positions.try_into_ids_unless_indices(past, "positions", batch, seq, &device)?
+            }
             None => None,
-            Some(Positions::Start(start)) if start == past => None,
-            Some(positions) => Some(positions.try_into_ids("positions", batch, seq, &device)?),
         };
         let positions = match (positions, self.config.positions) {
             (Some(positions), _) => Some(positions),
@@ -720,14 +711,7 @@ pub fn check_token_ids(
     name: &'static str,
     dims_name: &'static str,
 ) -> Result<(), ModelError> {
-    let [batch, seq] = ids.dims();
-    if batch == 0 || seq == 0 {
-        return Err(ModelError::input(
-            dims_name,
-            [batch, seq],
-            "must hold at least one token in at least one row",
-        ));
-    }
+    check_not_empty(ids, dims_name)?;
     let (smallest, largest) = positional::int_bounds(name, ids)?;
     let vocab = vocab_size as i64;
     match [smallest, largest]
@@ -741,6 +725,19 @@ pub fn check_token_ids(
         )),
         None => Ok(()),
     }
+}
+
+/// At least one token in at least one row; `dims_name` names the ids' shape in the error.
+fn check_not_empty(ids: &Tensor<2, Int>, dims_name: &'static str) -> Result<(), ModelError> {
+    let [batch, seq] = ids.dims();
+    if batch == 0 || seq == 0 {
+        return Err(ModelError::input(
+            dims_name,
+            [batch, seq],
+            "must hold at least one token in at least one row",
+        ));
+    }
+    Ok(())
 }
 
 /// Token types must index the table: checked on the host (one read of a small tensor).

@@ -30,9 +30,24 @@ impl Positions {
             Self::Start(_) => None,
         }
     }
-}
 
-impl Positions {
+    /// [`try_into_ids`](Self::try_into_ids), or `None` where the positions are the token indices
+    /// `index_start ..` the caller counts anyway (a start equal to a cache's length): the index
+    /// paths then run, which read nothing back.
+    pub fn try_into_ids_unless_indices(
+        self,
+        index_start: usize,
+        input: &'static str,
+        batch: usize,
+        len: usize,
+        device: &Device,
+    ) -> Result<Option<Tensor<2, Int>>, PositionalError> {
+        match self {
+            Self::Start(start) if start == index_start => Ok(None),
+            positions => positions.try_into_ids(input, batch, len, device).map(Some),
+        }
+    }
+
     /// The positions of `len` tokens in each of `batch` rows as a `[batch, len]` tensor in the
     /// device's integer type: a start's range repeated per row, or the ids as given (a single
     /// row repeated to `batch`). `input` names them in errors.
@@ -45,13 +60,7 @@ impl Positions {
     ) -> Result<Tensor<2, Int>, PositionalError> {
         match self {
             Self::Start(start) => {
-                let end = start
-                    .checked_add(len)
-                    .filter(|&end| i64::try_from(end).is_ok())
-                    .ok_or_else(|| {
-                        PositionalError::input(input, start, format!("+ {len} must fit in i64"))
-                    })?;
-                let row: Vec<i64> = (start as i64..end as i64).collect();
+                let row: Vec<i64> = start_range(input, start, len)?.collect();
                 let values = row.repeat(batch);
                 crate::ints::try_ints(input, values, [batch, len], device)
             }
@@ -82,6 +91,20 @@ impl Positions {
             .max()
             .unwrap_or(1)
     }
+}
+
+/// The positions `start .. start + len` as i64, or an error naming `input` when they pass i64.
+pub(crate) fn start_range(
+    input: &'static str,
+    start: usize,
+    len: usize,
+) -> Result<std::ops::Range<i64>, PositionalError> {
+    start
+        .checked_add(len)
+        .and_then(|end| Some(i64::try_from(start).ok()?..i64::try_from(end).ok()?))
+        .ok_or_else(|| {
+            PositionalError::input(input, start, format!("+ {len} must be at most i64::MAX"))
+        })
 }
 
 impl Default for Positions {

@@ -175,19 +175,9 @@ fn host_rows(
     len: usize,
 ) -> Result<Vec<Vec<i64>>, PositionalError> {
     match positions {
-        Positions::Start(start) => {
-            let end = start
-                .checked_add(len)
-                .filter(|&end| i64::try_from(end).is_ok())
-                .ok_or_else(|| {
-                    PositionalError::input(
-                        input,
-                        start,
-                        format!("+ {len} must be at most i64::MAX"),
-                    )
-                })?;
-            Ok(vec![positions_vec(start as i64..end as i64)?])
-        }
+        Positions::Start(start) => Ok(vec![positions_vec(crate::positions::start_range(
+            input, start, len,
+        )?)?]),
         Positions::Ids(ids) => {
             let [batch, ids_len] = ids.dims();
             if ids_len != len {
