@@ -21,6 +21,7 @@ fn positional_encodings() -> Result {
     let scores = Tensor::<4>::zeros([1, 4, 4, 4], &setup);
     // README:
     use burn::tensor::Device;
+    use models::huggingface::HuggingFaceConfig;
     use positional::{AlibiConfig, LearnedPositionalEmbeddingConfig, RopeScaling,
                      RotaryEncodingConfig, SinusoidalEncodingConfig, SinusoidalLayout};
 
@@ -35,7 +36,7 @@ fn positional_encodings() -> Result {
     let x = gpt2.try_forward(embeddings, 0)?;                       // Err past position 1023
 
     // RoPE on q [batch, heads, seq, head_dim] and k [batch, kv_heads, seq, head_dim].
-    let rope = RotaryEncodingConfig::from_huggingface_json(&std::fs::read_to_string("config.json")?)?
+    let rope = models::huggingface::rope_config(&HuggingFaceConfig::from_dir("path/to/model")?)?
         .init(&device);                                             // theta, partial rotary, layout, scaling
     let rope = RotaryEncodingConfig::new(128)
         .with_scaling(Some(RopeScaling::yarn(4.0, 32_768)))

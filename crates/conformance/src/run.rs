@@ -8,7 +8,7 @@ use attention::{
 };
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use positional::{
-    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout, RopeScaling,
+    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout,
     RotaryEncodingConfig, SinusoidalEncodingConfig, SinusoidalLayout,
 };
 use serde_json::{Map, Value};
@@ -37,6 +37,12 @@ enum Stop {
 
 impl From<PositionalError> for Stop {
     fn from(error: PositionalError) -> Self {
+        Self::Crate(error.to_string())
+    }
+}
+
+impl From<models::ModelError> for Stop {
+    fn from(error: models::ModelError) -> Self {
         Self::Crate(error.to_string())
     }
 }
@@ -300,7 +306,7 @@ fn rope_config(config: &Map<String, Value>) -> Result<RotaryEncodingConfig, Stop
         None | Some(Value::Null) => 2048,
         Some(_) => config_usize(config, "max_position_embeddings")?,
     };
-    let scaling = RopeScaling::from_huggingface(
+    let scaling = models::huggingface::rope_scaling(
         config.get("scaling").unwrap_or(&Value::Null),
         max_position_embeddings,
     )?;

@@ -4,7 +4,7 @@
 //!
 //! | family (`model_type`) | shape | why it looks this way |
 //! |---|---|---|
-//! | `llama`, `mistral`, `qwen2`, `qwen3`, `phi3` | pre-norm decoder, RMSNorm, SwiGLU | [`families`]: Llama's lineage; Phi-3 fuses gate and up |
+//! | `llama`, `mistral`, `qwen2`, `qwen3`, `phi3` | pre-norm decoder, RMSNorm, SwiGLU | Llama's lineage: each a variant of Llama in its own file; Phi-3 fuses gate and up |
 //! | `gemma2`, `gemma3_text` | pre-norm and post-norm of each branch, `1 + w` norms, GeGLU, scaled and tied embeddings, final soft-cap | Gemma's model cards |
 //! | `gpt_oss` | pre-norm decoder with routed experts ([`experts`]) | gpt-oss model card |
 //! | `gpt_neox` | parallel residual | GPT-NeoX / GPT-J |
@@ -26,7 +26,7 @@
 pub mod block;
 pub mod error;
 pub mod experts;
-pub mod families;
+mod families;
 pub mod generate;
 pub mod huggingface;
 pub mod mlp;
@@ -37,8 +37,8 @@ pub mod transformer;
 pub use block::{Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig};
 pub use error::ModelError;
 pub use experts::{MixtureOfExperts, MixtureOfExpertsConfig};
-pub use families::{architecture, from_checkpoint, from_pretrained};
 pub use generate::{GenerationConfig, Step};
+pub use huggingface::{architecture, from_checkpoint, from_pretrained};
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use norm::{Norm, NormConfig, NormKind};
 pub use sentence::SentenceEmbedder;

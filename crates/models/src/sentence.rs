@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::error::ModelError;
-use crate::families::from_pretrained;
+use crate::huggingface::from_pretrained;
 use crate::transformer::{ModelInputs, Transformer};
 
 /// A sentence-transformers model directory, ready to embed texts.

@@ -30,9 +30,6 @@ pub enum PositionalError {
         /// What the input must be instead.
         expected: String,
     },
-    /// A Hugging Face `config.json` could not be read as JSON of the expected shape.
-    #[error("invalid Hugging Face config: {0}")]
-    HuggingFaceConfig(String),
 }
 
 impl PositionalError {

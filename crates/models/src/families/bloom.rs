@@ -1,47 +1,86 @@
 //! BLOOM (BigScience, 2022): ALiBi instead of positions, a LayerNorm right after the token
-//! embeddings (for training stability at scale), pre-norm blocks with a GELU (tanh) MLP, a final
-//! LayerNorm and the LM head tied to the embeddings.
+//! embeddings (for training stability at scale), pre-norm blocks with a GELU (tanh) MLP of
+//! `4 * hidden_size`, queries, keys and values fused per head, a final LayerNorm and the LM head
+//! tied to the embeddings.
 
-use crate::huggingface::HuggingFaceConfig;
-use serde_json::json;
+use attention::{MultiHeadAttentionConfig, PositionalScheme};
+use serde::Deserialize;
 
-use super::{MlpNames, Names, dense_blocks, only, required, tied};
-use crate::block::BlockLayout;
+use super::{default, per_layer, refuse};
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
+use crate::huggingface::{AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
-pub(super) fn architecture(
-    config: &HuggingFaceConfig,
-) -> Result<(TransformerConfig, Names), ModelError> {
-    let d_model = required(config, &["hidden_size", "n_embed"])?;
-    only(
-        config,
+/// `BloomConfig`'s fields that change the computation, with its attribute map's aliases.
+#[derive(Deserialize)]
+struct BloomConfig {
+    vocab_size: usize,
+    #[serde(alias = "n_embed")]
+    hidden_size: usize,
+    #[serde(alias = "num_attention_heads")]
+    n_head: usize,
+    #[serde(alias = "num_hidden_layers")]
+    n_layer: usize,
+    #[serde(default = "default::eps_1e_5")]
+    layer_norm_epsilon: f64,
+    /// Must be false: residuals taken after the norm are not supported.
+    #[serde(default)]
+    apply_residual_connection_post_layernorm: bool,
+    #[serde(default)]
+    attention_dropout: f64,
+    #[serde(default = "default::yes")]
+    tie_word_embeddings: bool,
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    let config: BloomConfig = file.parse()?;
+    refuse(
         "apply_residual_connection_post_layernorm",
-        &[json!(false)],
+        config.apply_residual_connection_post_layernorm,
+        false,
         "residuals taken after the norm are not supported",
     )?;
-    let norm = NormConfig::new(
-        d_model,
-        NormKind::Layer,
-        config.number("layer_norm_epsilon")?.unwrap_or(1e-5),
-    );
+    let d_model = config.hidden_size;
+    let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon);
     let mlp = MlpConfig::new(d_model, 4 * d_model, Activation::GeluTanh).with_bias(true);
-    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
-    let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_head(OutputHead::logits(tied(config, true)?))
+    let blocks = per_layer(config.n_layer, |_| {
+        let attention = MultiHeadAttentionConfig::new(d_model, config.n_head)
+            .with_biases(true)
+            .with_dropout(config.attention_dropout)
+            .with_causal(true)
+            .with_positional(PositionalScheme::Alibi { max_bias: 8.0 });
+        Ok(BlockConfig::new(
+            attention,
+            BlockLayout::PreNorm,
+            norm.clone(),
+            FeedForwardConfig::Dense(mlp.clone()),
+        ))
+    })?;
+    Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
+        .with_head(OutputHead::logits(config.tie_word_embeddings))
         .with_embedding_norm(Some(norm.clone()))
         .with_final_norm(Some(norm))
         // ALiBi's distances count tokens, `cumsum(mask) - 1`.
-        .with_positions(PositionIds::FromMask);
-    let names = Names {
+        .with_positions(PositionIds::FromMask))
+}
+
+pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(TensorNames {
         root: "transformer.",
         embedding: "word_embeddings.weight",
         positions: None,
         token_types: None,
         embedding_norm: Some("word_embeddings_layernorm"),
-        layer: "h.{}.",
+        layer: "h.{layer}.",
+        attention: AttentionNames::fused(
+            "self_attention.",
+            "query_key_value",
+            FusedOrder::PerHead,
+            "dense",
+        ),
         attention_norm: "input_layernorm",
         feed_forward_norm: "post_attention_layernorm",
         post_attention_norm: None,
@@ -52,8 +91,8 @@ pub(super) fn architecture(
             down: "mlp.dense_4h_to_h",
         },
         final_norm: Some("ln_f"),
-        lm_head: Some("lm_head.weight"),
+        lm_head: Some("lm_head"),
         pooler: None,
-    };
-    Ok((architecture, names))
+        ignored: vec![],
+    })
 }

@@ -1,47 +1,125 @@
 //! GPT-2 (Radford et al., 2019): learned absolute positions added to the token embeddings,
-//! pre-norm blocks with LayerNorm, a GELU (tanh) MLP stored as `Conv1D` (`[in, out]`), a final
-//! LayerNorm and the LM head tied to the embeddings.
+//! pre-norm blocks with LayerNorm, attention and a GELU (tanh) MLP stored as `Conv1D`s
+//! (`[in, out]`), a final LayerNorm and the LM head tied to the embeddings.
 
-use crate::huggingface::HuggingFaceConfig;
+use attention::MultiHeadAttentionConfig;
+use serde::Deserialize;
 
-use super::{MlpNames, Names, activation, dense_blocks, required, tied};
-use crate::block::BlockLayout;
+use super::{activation, default, per_layer, refuse};
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
+use crate::huggingface::{
+    AttentionNames, HuggingFaceConfig, MlpNames, ProjectionLayout, TensorNames,
+};
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
-pub(super) fn architecture(
-    config: &HuggingFaceConfig,
-) -> Result<(TransformerConfig, Names), ModelError> {
-    let d_model = required(config, &["n_embd", "hidden_size"])?;
-    let norm = NormConfig::new(
-        d_model,
-        NormKind::Layer,
-        config.number("layer_norm_epsilon")?.unwrap_or(1e-5),
-    );
-    let d_ff = config.integer("n_inner")?.unwrap_or(4 * d_model);
+/// `GPT2Config`'s fields that change the computation, with its attribute map's aliases.
+#[derive(Deserialize)]
+struct Gpt2Config {
+    vocab_size: usize,
+    #[serde(alias = "hidden_size")]
+    n_embd: usize,
+    #[serde(alias = "num_attention_heads")]
+    n_head: usize,
+    #[serde(alias = "num_hidden_layers")]
+    n_layer: usize,
+    #[serde(alias = "max_position_embeddings")]
+    n_positions: usize,
+    /// `4 * n_embd` when absent.
+    n_inner: Option<usize>,
+    #[serde(default = "default::eps_1e_5")]
+    layer_norm_epsilon: f64,
+    #[serde(default = "gelu_new")]
+    activation_function: String,
+    #[serde(default = "default::yes")]
+    scale_attn_weights: bool,
+    /// Layer `i`'s scores divided by `i + 1` too.
+    #[serde(default)]
+    scale_attn_by_inverse_layer_idx: bool,
+    #[serde(default = "attn_pdrop")]
+    attn_pdrop: f64,
+    #[serde(default = "default::yes")]
+    tie_word_embeddings: bool,
+    /// Must be false: this crate builds no cross-attention.
+    #[serde(default)]
+    add_cross_attention: bool,
+}
+
+fn gelu_new() -> String {
+    "gelu_new".into()
+}
+
+fn attn_pdrop() -> f64 {
+    0.1
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    let config: Gpt2Config = file.parse()?;
+    refuse(
+        "add_cross_attention",
+        config.add_cross_attention,
+        false,
+        "is not supported by this loader",
+    )?;
+    let d_model = config.n_embd;
+    let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon);
+    let d_ff = config.n_inner.unwrap_or(4 * d_model);
     let mlp = MlpConfig::new(
         d_model,
         d_ff,
-        activation(config, "activation_function", "gelu_new")?,
+        activation("activation_function", &config.activation_function)?,
     )
     .with_bias(true);
-    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
-    let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_head(OutputHead::logits(tied(config, true)?))
+    let head_dim = d_model / config.n_head.max(1);
+    let blocks = per_layer(config.n_layer, |layer| {
+        let mut scale = match config.scale_attn_weights {
+            true => (head_dim as f64).sqrt().recip(),
+            false => 1.0,
+        };
+        if config.scale_attn_by_inverse_layer_idx {
+            scale /= (layer + 1) as f64;
+        }
+        let attention = MultiHeadAttentionConfig::new(d_model, config.n_head)
+            .with_biases(true)
+            .with_scale(Some(scale))
+            .with_dropout(config.attn_pdrop)
+            .with_causal(true);
+        Ok(BlockConfig::new(
+            attention,
+            BlockLayout::PreNorm,
+            norm.clone(),
+            FeedForwardConfig::Dense(mlp.clone()),
+        ))
+    })?;
+    Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
+        .with_head(OutputHead::logits(config.tie_word_embeddings))
         .with_absolute_positions(Some(AbsolutePositionsConfig::Learned {
-            max_len: required(config, &["n_positions", "max_position_embeddings"])?,
+            max_len: config.n_positions,
         }))
         .with_final_norm(Some(norm))
-        .with_positions(PositionIds::FromMask);
-    let names = Names {
+        .with_positions(PositionIds::FromMask))
+}
+
+pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(TensorNames {
         root: "transformer.",
         embedding: "wte.weight",
         positions: Some("wpe.weight"),
         token_types: None,
         embedding_norm: None,
-        layer: "h.{}.",
+        layer: "h.{layer}.",
+        attention: AttentionNames {
+            scopes: vec!["attn.".into()],
+            projections: ProjectionLayout::Conv1D {
+                qkv: "attn.c_attn".into(),
+                output: "attn.c_proj".into(),
+            },
+            qk_norm: None,
+            sinks: None,
+            relative_bias: None,
+        },
         attention_norm: "ln_1",
         feed_forward_norm: "ln_2",
         post_attention_norm: None,
@@ -51,8 +129,9 @@ pub(super) fn architecture(
             down: "mlp.c_proj",
         },
         final_norm: Some("ln_f"),
-        lm_head: Some("lm_head.weight"),
+        lm_head: Some("lm_head"),
         pooler: None,
-    };
-    Ok((architecture, names))
+        // The causal-mask buffers older checkpoints carry.
+        ignored: vec![".attn.bias", ".attn.masked_bias"],
+    })
 }

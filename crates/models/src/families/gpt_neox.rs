@@ -1,47 +1,96 @@
-//! GPT-NeoX (Black et al., 2022; also Pythia): LayerNorms, partial RoPE, and by default the
-//! parallel residual of GPT-J, `x + attn(ln1(x)) + mlp(ln2(x))`, so attention and the MLP read
-//! the same input; `use_parallel_residual: false` gives the sequential pre-norm block.
+//! GPT-NeoX (Black et al., 2022; also Pythia): LayerNorms, partial RoPE (a quarter of each head
+//! by default), and by default the parallel residual of GPT-J, `x + attn(ln1(x)) + mlp(ln2(x))`,
+//! so attention and the MLP read the same input; `use_parallel_residual: false` gives the
+//! sequential pre-norm block. Queries, keys and values are fused per head.
 
-use crate::huggingface::HuggingFaceConfig;
+use attention::{MultiHeadAttentionConfig, PositionalScheme};
+use serde::Deserialize;
 
-use super::{MlpNames, Names, activation, dense_blocks, required, tied};
-use crate::block::BlockLayout;
+use super::{activation, default, per_layer};
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
+use crate::huggingface::{
+    AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames, rope_config,
+};
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
-pub(super) fn architecture(
-    config: &HuggingFaceConfig,
-) -> Result<(TransformerConfig, Names), ModelError> {
-    let d_model = required(config, &["hidden_size"])?;
-    let norm = NormConfig::new(
-        d_model,
-        NormKind::Layer,
-        config.number("layer_norm_eps")?.unwrap_or(1e-5),
-    );
+/// `GPTNeoXConfig`'s fields that change the computation (RoPE's are read by
+/// [`rope_config`]: `rotary_pct`, `rotary_emb_base`, `rope_parameters`).
+#[derive(Deserialize)]
+struct GptNeoXConfig {
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    #[serde(default = "default::eps_1e_5")]
+    layer_norm_eps: f64,
+    #[serde(default = "gelu")]
+    hidden_act: String,
+    #[serde(default = "default::yes")]
+    use_parallel_residual: bool,
+    #[serde(default = "default::yes")]
+    attention_bias: bool,
+    #[serde(default)]
+    attention_dropout: f64,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    let config: GptNeoXConfig = file.parse()?;
+    let d_model = config.hidden_size;
+    let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_eps);
     let mlp = MlpConfig::new(
         d_model,
-        required(config, &["intermediate_size"])?,
-        activation(config, "hidden_act", "gelu")?,
+        config.intermediate_size,
+        activation("hidden_act", &config.hidden_act)?,
     )
     .with_bias(true);
-    let layout = match config.boolean("use_parallel_residual")?.unwrap_or(true) {
+    let layout = match config.use_parallel_residual {
         true => BlockLayout::ParallelResidual,
         false => BlockLayout::PreNorm,
     };
-    let blocks = dense_blocks(config, layout, &norm, &mlp)?;
-    let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_head(OutputHead::logits(tied(config, false)?))
+    let rope = rope_config(file)?;
+    let blocks = per_layer(config.num_hidden_layers, |_| {
+        let attention = MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
+            .with_biases(config.attention_bias)
+            .with_dropout(config.attention_dropout)
+            .with_causal(true)
+            .with_positional(PositionalScheme::Rope(rope.clone()));
+        Ok(BlockConfig::new(
+            attention,
+            layout,
+            norm.clone(),
+            FeedForwardConfig::Dense(mlp.clone()),
+        ))
+    })?;
+    Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
+        .with_head(OutputHead::logits(config.tie_word_embeddings))
         .with_final_norm(Some(norm))
-        .with_positions(PositionIds::FromMask);
-    let names = Names {
+        .with_positions(PositionIds::FromMask))
+}
+
+pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(TensorNames {
         root: "gpt_neox.",
         embedding: "embed_in.weight",
         positions: None,
         token_types: None,
         embedding_norm: None,
-        layer: "layers.{}.",
+        layer: "layers.{layer}.",
+        attention: AttentionNames::fused(
+            "attention.",
+            "query_key_value",
+            FusedOrder::PerHead,
+            "dense",
+        ),
         attention_norm: "input_layernorm",
         feed_forward_norm: "post_attention_layernorm",
         post_attention_norm: None,
@@ -52,8 +101,13 @@ pub(super) fn architecture(
             down: "mlp.dense_4h_to_h",
         },
         final_norm: Some("final_layer_norm"),
-        lm_head: Some("embed_out.weight"),
+        lm_head: Some("embed_out"),
         pooler: None,
-    };
-    Ok((architecture, names))
+        // Older checkpoints carry the causal mask and RoPE's frequencies as buffers.
+        ignored: vec![
+            "rotary_emb.inv_freq",
+            ".attention.bias",
+            ".attention.masked_bias",
+        ],
+    })
 }

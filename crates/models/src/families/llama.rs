@@ -1,140 +1,245 @@
-//! The pre-norm decoders of Llama's lineage: Llama 3 (Grattafiori et al., 2024), Mistral (Jiang
-//! et al., 2023), Qwen2 and Qwen3 (Qwen team, 2024 and 2025), Phi-3 (Abdin et al., 2024), Gemma 2
-//! and Gemma 3 (Gemma team, 2024 and 2025) and gpt-oss (OpenAI, 2025).
+//! Llama 3 (Grattafiori et al., 2024), the parent of the pre-norm decoders here: Mistral, Qwen2,
+//! Qwen3, Phi-3, Gemma 2, Gemma 3 and gpt-oss each state only what they change.
 //!
-//! One shape: RMSNorm before attention and before the feed-forward block, residuals around both,
-//! a gated MLP (SwiGLU; GeGLU in Gemma), a final RMSNorm and an LM head. What sets them apart is
-//! attention (read by `crate::huggingface`) and a few details here:
-//! - Gemma normalises each branch's output too (`Sandwich`), stores its norm weights as offsets
-//!   from 1, multiplies embeddings by `sqrt(hidden_size)` and ties the LM head; Gemma 2 soft-caps
-//!   the final logits.
-//! - Phi-3 fuses the gate and up projections into one `gate_up_proj`.
-//! - gpt-oss replaces the MLP with routed experts.
+//! RMSNorm before attention and before the feed-forward block, residuals around both, a SwiGLU
+//! MLP, RoPE with every scaling (per layer type when `rope_parameters` are), grouped-query
+//! attention, a final RMSNorm and an LM head.
 
-use crate::huggingface::HuggingFaceConfig;
-use serde_json::json;
+use attention::{MultiHeadAttentionConfig, PositionalScheme};
+use serde::Deserialize;
 
-use super::{MlpNames, Names, activation, attention_configs, only, required, tied};
+use super::{activation, default, per_layer, refuse};
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
-use crate::experts::MixtureOfExpertsConfig;
+use crate::huggingface::{AttentionNames, HuggingFaceConfig, MlpNames, TensorNames, rope_configs};
 use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
-pub(super) fn architecture(
-    config: &HuggingFaceConfig,
-) -> Result<(TransformerConfig, Names), ModelError> {
-    let model_type = config.model_type();
-    let gemma = model_type.starts_with("gemma");
-    let d_model = required(config, &["hidden_size"])?;
-    let vocab_size = required(config, &["vocab_size"])?;
-    let eps = config.number("rms_norm_eps")?.unwrap_or(1e-6);
-    only(
-        config,
-        "use_bidirectional_attention",
-        &[json!(false)],
-        "bidirectional attention is not supported (a decoder attends causally)",
-    )?;
-    only(
-        config,
-        "pretraining_tp",
-        &[json!(1)],
-        "must be 1 (tensor-parallel slicing changes the rounding of the products)",
-    )?;
-    let norm = NormConfig::new(
-        d_model,
-        if gemma {
-            NormKind::RmsUnitOffset
-        } else {
-            NormKind::Rms
-        },
-        eps,
-    );
-    let d_ff = required(config, &["intermediate_size"])?;
-    let feed_forward = match model_type {
-        "gpt_oss" => {
-            let mut experts = MixtureOfExpertsConfig::new(
-                d_model,
-                d_ff,
-                required(config, &["num_local_experts"])?,
-                required(config, &["num_experts_per_tok"])?,
-            );
-            if let Some(alpha) = config.number("swiglu_alpha")? {
-                experts = experts.with_alpha(alpha);
-            }
-            if let Some(limit) = config.number("swiglu_limit")? {
-                experts = experts.with_limit(limit);
-            }
-            FeedForwardConfig::Experts(experts)
+/// `LlamaConfig`'s fields that change the computation.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct LlamaConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Grouped-query attention; as many as the query heads when absent.
+    pub num_key_value_heads: Option<usize>,
+    /// `hidden_size / num_attention_heads` when absent.
+    pub head_dim: Option<usize>,
+    #[serde(default = "default::eps_1e_6")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "silu")]
+    pub hidden_act: String,
+    /// Biases on all four projections.
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub mlp_bias: bool,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    #[serde(default)]
+    pub attention_dropout: f64,
+    /// Tensor-parallel slicing of the projections: must be 1.
+    #[serde(default = "default::one")]
+    pub pretraining_tp: usize,
+    /// Must be false: a decoder attends causally.
+    #[serde(default)]
+    pub use_bidirectional_attention: bool,
+    /// The window of `sliding_attention` layers.
+    pub sliding_window: Option<usize>,
+    /// `full_attention` or `sliding_attention` per layer.
+    pub layer_types: Option<Vec<String>>,
+}
+
+fn silu() -> String {
+    "silu".into()
+}
+
+/// Llama read from its config, before it becomes a [`TransformerConfig`]: what its variants
+/// change.
+#[derive(Debug, Clone)]
+pub(super) struct Llama {
+    pub config: LlamaConfig,
+    /// One per layer: RoPE of its layer type, its window if it slides.
+    pub attention: Vec<MultiHeadAttentionConfig>,
+    pub norm: NormConfig,
+    pub feed_forward: FeedForwardConfig,
+    pub layout: BlockLayout,
+    pub tied: bool,
+    pub embedding_scale: Option<f64>,
+    pub final_softcap: Option<f64>,
+}
+
+impl Llama {
+    pub fn read(file: &HuggingFaceConfig) -> Result<Self, ModelError> {
+        let config: LlamaConfig = file.parse()?;
+        refuse(
+            "pretraining_tp",
+            config.pretraining_tp,
+            1,
+            "must be 1 (tensor-parallel slicing changes the rounding of the products)",
+        )?;
+        refuse(
+            "use_bidirectional_attention",
+            config.use_bidirectional_attention,
+            false,
+            "bidirectional attention is not supported (a decoder attends causally)",
+        )?;
+        let layers = config.num_hidden_layers;
+        if let Some(types) = &config.layer_types
+            && types.len() != layers
+        {
+            // transformers validates the length: extra entries would be ignored, missing ones
+            // fail only at the layer that lacks one.
+            return Err(ModelError::config(
+                "layer_types",
+                types.len(),
+                format!("must name one type per layer (num_hidden_layers = {layers})"),
+            ));
         }
-        _ => {
-            let act = match gemma {
-                true => activation(config, "hidden_activation", "gelu_pytorch_tanh")?,
-                false => activation(config, "hidden_act", "silu")?,
+        let rope = rope_configs(file)?;
+        let d_model = config.hidden_size;
+        let attention = per_layer(layers, |layer| {
+            let layer_type = config
+                .layer_types
+                .as_ref()
+                .map_or("full_attention", |types| types[layer].as_str());
+            let window = match layer_type {
+                "full_attention" => None,
+                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
+                    ModelError::config(
+                        "sliding_window",
+                        serde_json::Value::Null,
+                        format!("is required: layer {layer} is a sliding_attention layer"),
+                    )
+                })?),
+                other => {
+                    return Err(ModelError::config(
+                        "layer_types",
+                        other,
+                        "must name sliding_attention or full_attention for every layer",
+                    ));
+                }
             };
-            let bias = config.boolean("mlp_bias")?.unwrap_or(false);
-            let mlp = MlpConfig::new(d_model, d_ff, act)
-                .with_gated(true)
-                .with_bias(bias);
-            FeedForwardConfig::Dense(mlp)
-        }
-    };
-    let blocks = attention_configs(config)?
-        .into_iter()
-        .map(|attention| {
-            BlockConfig::new(
-                attention,
-                if gemma {
-                    BlockLayout::Sandwich
-                } else {
-                    BlockLayout::PreNorm
-                },
-                norm.clone(),
-                feed_forward.clone(),
+            let rope = rope.get(layer_type).cloned().ok_or_else(|| {
+                ModelError::config(
+                    "rope_parameters",
+                    rope.keys().collect::<Vec<_>>(),
+                    format!("has no settings for layer type {layer_type:?}"),
+                )
+            })?;
+            Ok(
+                MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
+                    .with_n_kv_heads(config.num_key_value_heads)
+                    .with_head_dim(config.head_dim)
+                    .with_biases(config.attention_bias)
+                    .with_sliding_window(window)
+                    .with_dropout(config.attention_dropout)
+                    .with_causal(true)
+                    .with_positional(PositionalScheme::Rope(rope)),
             )
+        })?;
+        let mlp = MlpConfig::new(
+            d_model,
+            config.intermediate_size,
+            activation("hidden_act", &config.hidden_act)?,
+        )
+        .with_gated(true)
+        .with_bias(config.mlp_bias);
+        Ok(Self {
+            attention,
+            norm: NormConfig::new(d_model, NormKind::Rms, config.rms_norm_eps),
+            feed_forward: FeedForwardConfig::Dense(mlp),
+            layout: BlockLayout::PreNorm,
+            tied: config.tie_word_embeddings,
+            embedding_scale: None,
+            final_softcap: None,
+            config,
         })
-        .collect();
-    let architecture = TransformerConfig::new(vocab_size, d_model, blocks)
-        .with_head(OutputHead::logits(tied(config, gemma)?))
-        .with_embedding_scale(gemma.then(|| (d_model as f64).sqrt()))
-        .with_final_norm(Some(norm))
-        .with_final_softcap(match model_type {
-            "gemma2" | "gemma3_text" | "gemma3" => config.number("final_logit_softcapping")?,
-            _ => None,
-        })
-        .with_positions(PositionIds::FromMask);
-    let mlp = match model_type {
-        "gpt_oss" => MlpNames::Experts { prefix: "mlp." },
-        "phi3" => MlpNames::FusedGateUp {
-            gate_up: "mlp.gate_up_proj",
-            down: "mlp.down_proj",
-        },
-        _ => MlpNames::Separate {
-            gate: Some("mlp.gate_proj"),
-            up: "mlp.up_proj",
-            down: "mlp.down_proj",
-        },
-    };
-    let names = Names {
+    }
+
+    /// Every layer's attention passed through `change`.
+    pub fn map_attention(
+        mut self,
+        mut change: impl FnMut(usize, MultiHeadAttentionConfig) -> MultiHeadAttentionConfig,
+    ) -> Self {
+        self.attention = std::mem::take(&mut self.attention)
+            .into_iter()
+            .enumerate()
+            .map(|(layer, attention)| change(layer, attention))
+            .collect();
+        self
+    }
+
+    /// A window on every layer when the config has one and no `layer_types` (Mistral, Phi-3).
+    pub fn window_on_every_layer(self, window: Option<usize>) -> Self {
+        match (&self.config.layer_types, window) {
+            (None, Some(window)) => {
+                self.map_attention(|_, attention| attention.with_sliding_window(Some(window)))
+            }
+            _ => self,
+        }
+    }
+
+    pub fn architecture(self) -> TransformerConfig {
+        let blocks = self
+            .attention
+            .into_iter()
+            .map(|attention| {
+                BlockConfig::new(
+                    attention,
+                    self.layout,
+                    self.norm.clone(),
+                    self.feed_forward.clone(),
+                )
+            })
+            .collect();
+        TransformerConfig::new(self.config.vocab_size, self.config.hidden_size, blocks)
+            .with_head(OutputHead::logits(self.tied))
+            .with_embedding_scale(self.embedding_scale)
+            .with_final_norm(Some(self.norm))
+            .with_final_softcap(self.final_softcap)
+            .with_positions(PositionIds::FromMask)
+    }
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    Ok(Llama::read(file)?.architecture())
+}
+
+/// `LlamaForCausalLM`'s names.
+pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(TensorNames {
         root: "model.",
         embedding: "embed_tokens.weight",
         positions: None,
         token_types: None,
         embedding_norm: None,
-        layer: "layers.{}.",
+        layer: "layers.{layer}.",
+        attention: AttentionNames::separate("self_attn.", ["q_proj", "k_proj", "v_proj", "o_proj"]),
         attention_norm: "input_layernorm",
-        feed_forward_norm: if gemma {
-            "pre_feedforward_layernorm"
-        } else {
-            "post_attention_layernorm"
+        feed_forward_norm: "post_attention_layernorm",
+        post_attention_norm: None,
+        post_feed_forward_norm: None,
+        mlp: MlpNames::Separate {
+            gate: Some("mlp.gate_proj"),
+            up: "mlp.up_proj",
+            down: "mlp.down_proj",
         },
-        post_attention_norm: gemma.then_some("post_attention_layernorm"),
-        post_feed_forward_norm: gemma.then_some("post_feedforward_layernorm"),
-        mlp,
         final_norm: Some("norm"),
-        lm_head: Some("lm_head.weight"),
+        lm_head: Some("lm_head"),
         pooler: None,
-    };
-    Ok((architecture, names))
+        ignored: vec!["rotary_emb.inv_freq"],
+    })
+}
+
+/// Qwen3's and Gemma 3's QK-norm weights, under Llama's names.
+pub(super) fn with_qk_norm_names(mut names: TensorNames) -> TensorNames {
+    names.attention.qk_norm = Some((
+        "self_attn.q_norm.weight".into(),
+        "self_attn.k_norm.weight".into(),
+    ));
+    names
 }

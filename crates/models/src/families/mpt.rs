@@ -1,76 +1,163 @@
 //! MPT (MosaicML, 2023): ALiBi, LayerNorms without biases (`no_bias`), pre-norm blocks with an
-//! exact-GELU MLP of `expansion_ratio * d_model`, a final LayerNorm and the LM head tied to the
-//! embeddings. transformers' `MptModel` always applies ALiBi, so a config without it is refused
-//! rather than run with positions it does not have.
+//! exact-GELU MLP of `expansion_ratio * d_model`, queries, keys and values fused, a final
+//! LayerNorm and the LM head tied to the embeddings. transformers' `MptModel` always applies
+//! ALiBi, so a config without it is refused rather than run with positions it does not have.
 
-use crate::huggingface::HuggingFaceConfig;
-use attention::PositionalScheme;
-use serde_json::json;
+use attention::{MultiHeadAttentionConfig, PositionalScheme};
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::{MlpNames, Names, dense_blocks, only, required, tied};
-use crate::block::BlockLayout;
+use super::{default, per_layer, refuse};
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
+use crate::huggingface::{AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
-pub(super) fn architecture(
-    config: &HuggingFaceConfig,
-) -> Result<(TransformerConfig, Names), ModelError> {
-    let d_model = required(config, &["d_model"])?;
-    only(
-        config,
-        "logit_scale",
-        &[],
-        "scaled logits are not supported",
+/// `MptConfig`'s fields that change the computation.
+#[derive(Deserialize)]
+struct MptConfig {
+    vocab_size: usize,
+    d_model: usize,
+    n_heads: usize,
+    n_layers: usize,
+    #[serde(default = "four")]
+    expansion_ratio: usize,
+    /// No biases on the projections and norms.
+    #[serde(default = "default::yes")]
+    no_bias: bool,
+    #[serde(default = "default::eps_1e_5")]
+    layer_norm_epsilon: f64,
+    #[serde(default = "low_precision_layernorm")]
+    norm_type: String,
+    /// Must be absent: scaled logits are not supported.
+    logit_scale: Option<Value>,
+    #[serde(default = "default::yes")]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    attn_config: MptAttentionConfig,
+}
+
+/// `attn_config`.
+#[derive(Deserialize, Default)]
+struct MptAttentionConfig {
+    /// Must be true (see the module's comment).
+    #[serde(default)]
+    alibi: bool,
+    #[serde(default = "alibi_bias_max")]
+    alibi_bias_max: f64,
+    /// `1 / sqrt(head_dim)` when absent.
+    softmax_scale: Option<f64>,
+    /// Must be absent or false: clipping of q, k and v is not supported.
+    clip_qkv: Option<Value>,
+    /// The options below must be false: none is supported.
+    #[serde(default)]
+    qk_ln: bool,
+    #[serde(default)]
+    prefix_lm: bool,
+    #[serde(default)]
+    attn_uses_sequence_id: bool,
+}
+
+fn four() -> usize {
+    4
+}
+
+fn low_precision_layernorm() -> String {
+    "low_precision_layernorm".into()
+}
+
+fn alibi_bias_max() -> f64 {
+    8.0
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    let config: MptConfig = file.parse()?;
+    if let Some(scale) = &config.logit_scale {
+        return Err(ModelError::config(
+            "logit_scale",
+            scale,
+            "scaled logits are not supported",
+        ));
+    }
+    if !["low_precision_layernorm", "layernorm"].contains(&config.norm_type.as_str()) {
+        return Err(ModelError::config(
+            "norm_type",
+            &config.norm_type,
+            "must be a LayerNorm",
+        ));
+    }
+    let attn = &config.attn_config;
+    if let Some(clip) = attn
+        .clip_qkv
+        .as_ref()
+        .filter(|clip| **clip != Value::Bool(false))
+    {
+        return Err(ModelError::config(
+            "attn_config.clip_qkv",
+            clip,
+            "clipping of q, k and v is not supported",
+        ));
+    }
+    for (field, value) in [
+        ("attn_config.qk_ln", attn.qk_ln),
+        ("attn_config.prefix_lm", attn.prefix_lm),
+        (
+            "attn_config.attn_uses_sequence_id",
+            attn.attn_uses_sequence_id,
+        ),
+    ] {
+        refuse(field, value, false, "is not supported")?;
+    }
+    refuse(
+        "attn_config.alibi",
+        attn.alibi,
+        true,
+        "must be true: transformers' MPT always applies ALiBi",
     )?;
-    only(
-        config,
-        "norm_type",
-        &[json!("low_precision_layernorm"), json!("layernorm")],
-        "must be a LayerNorm",
-    )?;
-    let no_bias = config.boolean("no_bias")?.unwrap_or(true);
-    let norm = NormConfig::new(
-        d_model,
-        NormKind::Layer,
-        config.number("layer_norm_epsilon")?.unwrap_or(1e-5),
-    )
-    .with_bias(!no_bias);
-    let ratio = config.integer("expansion_ratio")?.unwrap_or(4);
-    let d_ff = ratio.checked_mul(d_model).ok_or_else(|| {
+    let d_model = config.d_model;
+    let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon)
+        .with_bias(!config.no_bias);
+    let d_ff = config.expansion_ratio.checked_mul(d_model).ok_or_else(|| {
         ModelError::config(
             "expansion_ratio",
-            ratio,
+            config.expansion_ratio,
             format!("* d_model ({d_model}) overflows usize"),
         )
     })?;
-    let mlp = MlpConfig::new(d_model, d_ff, Activation::Gelu).with_bias(!no_bias);
-    let blocks = dense_blocks(config, BlockLayout::PreNorm, &norm, &mlp)?;
-    // Attention read `attn_config` (a non-bool `alibi` is its error); without ALiBi it gave
-    // no positions at all.
-    if blocks
-        .iter()
-        .any(|block| !matches!(block.attention.positional, PositionalScheme::Alibi { .. }))
-    {
-        return Err(ModelError::config(
-            "attn_config.alibi",
-            false,
-            "must be true: transformers' MPT always applies ALiBi",
-        ));
-    }
-    let architecture = TransformerConfig::new(required(config, &["vocab_size"])?, d_model, blocks)
-        .with_head(OutputHead::logits(tied(config, true)?))
+    let mlp = MlpConfig::new(d_model, d_ff, Activation::Gelu).with_bias(!config.no_bias);
+    let blocks = per_layer(config.n_layers, |_| {
+        let attention = MultiHeadAttentionConfig::new(d_model, config.n_heads)
+            .with_biases(!config.no_bias)
+            .with_scale(attn.softmax_scale)
+            .with_causal(true)
+            .with_positional(PositionalScheme::Alibi {
+                max_bias: attn.alibi_bias_max,
+            });
+        Ok(BlockConfig::new(
+            attention,
+            BlockLayout::PreNorm,
+            norm.clone(),
+            FeedForwardConfig::Dense(mlp.clone()),
+        ))
+    })?;
+    Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
+        .with_head(OutputHead::logits(config.tie_word_embeddings))
         .with_final_norm(Some(norm))
         // MPT's ALiBi counts token indices, padding included.
-        .with_positions(PositionIds::Index);
-    let names = Names {
+        .with_positions(PositionIds::Index))
+}
+
+pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(TensorNames {
         root: "transformer.",
         embedding: "wte.weight",
         positions: None,
         token_types: None,
         embedding_norm: None,
-        layer: "blocks.{}.",
+        layer: "blocks.{layer}.",
+        attention: AttentionNames::fused("attn.", "Wqkv", FusedOrder::Concatenated, "out_proj"),
         attention_norm: "norm_1",
         feed_forward_norm: "norm_2",
         post_attention_norm: None,
@@ -81,8 +168,8 @@ pub(super) fn architecture(
             down: "ffn.down_proj",
         },
         final_norm: Some("norm_f"),
-        lm_head: Some("lm_head.weight"),
+        lm_head: Some("lm_head"),
         pooler: None,
-    };
-    Ok((architecture, names))
+        ignored: vec![],
+    })
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{AttentionNames, Checkpoint, ProjectionLayout, load_layer_with};
+use super::{AttentionNames, Checkpoint, load_layer_with};
 use crate::error::ModelError;
 use attention::MultiHeadAttention;
 
@@ -20,27 +20,15 @@ pub fn load_attention_safetensors(
     path: impl AsRef<Path>,
     prefix: &str,
 ) -> Result<MultiHeadAttention, ModelError> {
-    let name = |projection: &str| format!("{prefix}{projection}");
-    let names = AttentionNames {
-        scopes: vec![prefix.to_owned()],
-        projections: ProjectionLayout::Separate {
-            query: name("q_proj"),
-            key: name("k_proj"),
-            value: name("v_proj"),
-            output: name("o_proj"),
-        },
-        qk_norm: None,
-        sinks: None,
-        relative_bias: None,
-        ignored: vec!["rotary_emb.inv_freq"],
-    };
+    let names = AttentionNames::separate("", ["q_proj", "k_proj", "v_proj", "o_proj"]);
     let mut checkpoint = Checkpoint::open(path)?;
     let device = attention.query.weight.device();
     load_layer_with(
         &names,
+        prefix,
+        &["rotary_emb.inv_freq"],
         attention.config().clone(),
         &mut checkpoint,
-        0,
         &device,
     )
 }

@@ -1,6 +1,6 @@
-//! Attention layers of Hugging Face checkpoints: the configuration of each layer read from
-//! `config.json` by `model_type`, and its weights from `model.safetensors` in the family's naming
-//! and layout.
+//! Hugging Face checkpoints: `config.json` read as its family (`crate::families`, one file
+//! each), `model.safetensors` (or its shards) read by [`Checkpoint`], and one loader for the
+//! whole model or a single attention layer.
 //!
 //! | `model_type` | what its attention adds |
 //! |---|---|
@@ -11,96 +11,69 @@
 //! | `bert` | bidirectional, `self.query/key/value` and `output.dense` |
 //! | `t5` | unscaled scores, the relative bias table in layer 0 and shared by the rest |
 //!
-//! Loading is strict: every tensor the layer needs must be present with its shape, and a tensor
-//! under the layer's names that nothing reads (a bias the config does not expect, say) is an
-//! error that names it.
+//! Loading is strict: every tensor a module needs must be present with its shape, and a tensor
+//! that nothing reads (a bias the config does not expect, another task's head) is an error that
+//! names it, except the family's computed buffers and copies of tied weights.
 
 mod checkpoint;
+mod config;
 mod import;
+mod load;
 mod names;
+mod rope;
 
 pub use checkpoint::Checkpoint;
+pub use config::HuggingFaceConfig;
 pub use import::load_attention_safetensors;
+pub use load::load_layer_with;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
+pub(crate) use names::{MlpNames, TensorNames};
+pub use rope::{rope_config, rope_configs, rope_scaling};
 
-use burn::tensor::{Device, Tensor};
-use positional::{
-    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, RelativePositionBias,
-    RelativePositionBiasConfig, RotaryEncodingConfig,
-};
-use serde_json::{Map, Value};
+use std::path::Path;
+
+use attention::{MultiHeadAttention, MultiHeadAttentionConfig};
+use burn::tensor::{Device, FloatDType};
+use positional::{LearnedPositionalEmbedding, RelativePositionBias};
 
 use crate::error::ModelError;
-use attention::LinearWeights;
-use attention::MultiHeadAttention;
-use attention::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
+use crate::families::{family, names as family_names};
+use crate::transformer::{AbsolutePositions, Transformer, TransformerConfig};
 
-type Object = Map<String, Value>;
+/// The model of the checkpoint in `dir` (`config.json` and `model.safetensors`, or its sharded
+/// index; f32, bf16, f16 or f64 on disk), in f32 on `device`.
+pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Transformer, ModelError> {
+    let dir = dir.as_ref();
+    if !dir.join("config.json").is_file() {
+        return Err(ModelError::input(
+            "dir",
+            dir,
+            "holds no config.json (a Hugging Face model directory has config.json and \
+             model.safetensors)",
+        ));
+    }
+    let config = HuggingFaceConfig::from_dir(dir)?;
+    let mut checkpoint = Checkpoint::open(dir)?.with_float_dtype(FloatDType::F32);
+    from_checkpoint(&config, &mut checkpoint, device)
+}
 
-/// A Hugging Face `config.json`, parsed, with what attention needs of it.
-#[derive(Debug, Clone)]
-pub struct HuggingFaceConfig {
-    json: Object,
-    model_type: String,
+/// The architecture `config.json` describes, without weights (to train from scratch, or to load
+/// a record into).
+pub fn architecture(config: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    Ok(family(config)?.architecture)
+}
+
+/// The model of an open checkpoint described by `config`.
+pub fn from_checkpoint(
+    config: &HuggingFaceConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<Transformer, ModelError> {
+    check_layer_count(config, checkpoint)?;
+    load::model(family(config)?, checkpoint, device)
 }
 
 impl HuggingFaceConfig {
-    /// Parses the text of a `config.json`.
-    pub fn from_json(text: &str) -> Result<Self, ModelError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| ModelError::input("config.json", "", format!("is not JSON: {e}")))?;
-        let Value::Object(json) = value else {
-            return Err(ModelError::input(
-                "config.json",
-                "",
-                "must be a JSON object",
-            ));
-        };
-        let model_type = match json.get("model_type") {
-            Some(Value::String(model_type)) => model_type.clone(),
-            other => {
-                return Err(ModelError::config(
-                    "model_type",
-                    other,
-                    "must be a string naming the model family",
-                ));
-            }
-        };
-        if AttentionNames::of_family(&model_type).is_none() {
-            return Err(ModelError::config(
-                "model_type",
-                &model_type,
-                "is not a supported family (llama, mistral, qwen2, qwen3, gemma2, gemma3_text, \
-                 phi3, gpt_oss, gpt_neox, gpt2, bloom, mpt, bert, t5)",
-            ));
-        }
-        Ok(Self { json, model_type })
-    }
-
-    /// Reads `config.json` in `dir`.
-    pub fn from_dir(dir: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
-        let path = dir.as_ref().join("config.json");
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| ModelError::input("path", &path, format!("cannot be read: {e}")))?;
-        Self::from_json(&text)
-    }
-
-    /// The family, `model_type`.
-    pub fn model_type(&self) -> &str {
-        &self.model_type
-    }
-
-    /// The whole `config.json`.
-    pub fn json(&self) -> &Object {
-        &self.json
-    }
-
-    /// Number of layers (`num_hidden_layers`, `n_layer`, `n_layers`, `num_layers`).
-    pub fn num_layers(&self) -> Result<usize, ModelError> {
-        self.first_integer(&["num_hidden_layers", "n_layer", "n_layers", "num_layers"])?
-            .ok_or_else(|| ModelError::config("num_hidden_layers", Value::Null, "is required"))
-    }
-
     /// The configuration of layer `layer`'s attention.
     pub fn attention_config(&self, layer: usize) -> Result<MultiHeadAttentionConfig, ModelError> {
         let layers = self.num_layers()?;
@@ -111,377 +84,15 @@ impl HuggingFaceConfig {
                 format!("must be below the number of layers ({layers})"),
             ));
         }
-        let d_model = self.required_integer(&["hidden_size", "n_embd", "d_model"])?;
-        let n_heads =
-            self.required_integer(&["num_attention_heads", "n_head", "n_heads", "num_heads"])?;
-        let n_kv_heads = self.integer("num_key_value_heads")?;
-        let base = MultiHeadAttentionConfig::new(d_model, n_heads)
-            .with_n_kv_heads(n_kv_heads)
-            .with_head_dim(self.integer("head_dim")?);
-        let attention_bias = self.boolean("attention_bias")?;
-        let dropout = |field| -> Result<f64, ModelError> { Ok(self.number(field)?.unwrap_or(0.0)) };
-        let config = match self.model_type.as_str() {
-            "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3_text" | "gemma3"
-            | "phi3" | "gpt_oss" => {
-                let biases = match self.model_type.as_str() {
-                    // Hard-coded in transformers: q/k/v biases and none on o (Qwen2); none
-                    // anywhere (Mistral, Phi-3).
-                    "qwen2" => (true, false),
-                    "mistral" | "phi3" => (false, false),
-                    _ => {
-                        let all = attention_bias.unwrap_or(false);
-                        (all, all)
-                    }
-                };
-                let gemma = self.model_type.starts_with("gemma");
-                let scale = match gemma {
-                    true => {
-                        let scalar = self.number("query_pre_attn_scalar")?.ok_or_else(|| {
-                            ModelError::config(
-                                "query_pre_attn_scalar",
-                                Value::Null,
-                                "is required for Gemma",
-                            )
-                        })?;
-                        Some(scalar.powf(-0.5))
-                    }
-                    false => None,
-                };
-                let softcap = match self.model_type.as_str() {
-                    "gemma2" => self.number("attn_logit_softcapping")?,
-                    _ => None,
-                };
-                let qk_norm = match self.model_type.as_str() {
-                    "qwen3" | "gemma3_text" | "gemma3" => Some(
-                        QkNormConfig::new(self.number("rms_norm_eps")?.unwrap_or(1e-6))
-                            .with_unit_offset(gemma),
-                    ),
-                    _ => None,
-                };
-                base.with_query_bias(biases.0)
-                    .with_key_bias(biases.0)
-                    .with_value_bias(biases.0)
-                    .with_output_bias(biases.1)
-                    .with_scale(scale)
-                    .with_softcap(softcap)
-                    .with_qk_norm(qk_norm)
-                    .with_sliding_window(self.sliding_window(layer)?)
-                    .with_sinks(self.model_type == "gpt_oss")
-                    .with_dropout(dropout("attention_dropout")?)
-                    .with_causal(true)
-                    .with_positional(PositionalScheme::Rope(self.rope(layer)?))
-            }
-            "gpt_neox" => base
-                .with_biases(attention_bias.unwrap_or(true))
-                .with_dropout(dropout("attention_dropout")?)
-                .with_causal(true)
-                .with_positional(PositionalScheme::Rope(self.rope(layer)?)),
-            "gpt2" => {
-                self.refuse_true("add_cross_attention")?;
-                let head_dim = d_model / n_heads.max(1);
-                let mut scale = match self.boolean("scale_attn_weights")?.unwrap_or(true) {
-                    true => (head_dim as f64).sqrt().recip(),
-                    false => 1.0,
-                };
-                if self
-                    .boolean("scale_attn_by_inverse_layer_idx")?
-                    .unwrap_or(false)
-                {
-                    scale /= (layer + 1) as f64;
-                }
-                base.with_biases(true)
-                    .with_scale(Some(scale))
-                    .with_dropout(dropout("attn_pdrop")?)
-                    .with_causal(true)
-            }
-            "bloom" => base
-                .with_biases(true)
-                .with_dropout(dropout("attention_dropout")?)
-                .with_causal(true)
-                .with_positional(PositionalScheme::Alibi { max_bias: 8.0 }),
-            "mpt" => self.mpt(base)?,
-            "bert" => {
-                self.refuse_true("is_decoder")?;
-                self.refuse_true("add_cross_attention")?;
-                match self.string("position_embedding_type")? {
-                    None | Some("absolute") => {}
-                    Some(other) => {
-                        return Err(ModelError::config(
-                            "position_embedding_type",
-                            other,
-                            "must be \"absolute\" (relative_key variants are not supported)",
-                        ));
-                    }
-                }
-                base.with_biases(true)
-                    .with_dropout(dropout("attention_probs_dropout_prob")?)
-            }
-            "t5" => {
-                let is_decoder = self.boolean("is_decoder")?.unwrap_or(false);
-                let base = MultiHeadAttentionConfig::new(d_model, n_heads)
-                    .with_head_dim(Some(self.required_integer(&["d_kv"])?))
-                    .with_scale(Some(1.0))
-                    .with_dropout(dropout("dropout_rate")?)
-                    .with_causal(is_decoder);
-                match layer {
-                    0 => base.with_positional(PositionalScheme::Relative(
-                        self.relative_bias_config(n_heads, is_decoder)?,
-                    )),
-                    _ => base,
-                }
-            }
-            other => unreachable!("model_type {other} was accepted by from_json"),
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// T5's relative bias settings.
-    fn relative_bias_config(
-        &self,
-        n_heads: usize,
-        is_decoder: bool,
-    ) -> Result<RelativePositionBiasConfig, ModelError> {
-        let mut config = RelativePositionBiasConfig::new(n_heads).with_bidirectional(!is_decoder);
-        if let Some(buckets) = self.integer("relative_attention_num_buckets")? {
-            config = config.with_num_buckets(buckets);
-        }
-        if let Some(distance) = self.integer("relative_attention_max_distance")? {
-            config = config.with_max_distance(distance);
-        }
-        Ok(config)
-    }
-
-    /// MPT's `attn_config`: ALiBi or learned positions, and the options it can take.
-    fn mpt(&self, base: MultiHeadAttentionConfig) -> Result<MultiHeadAttentionConfig, ModelError> {
-        let empty = Object::new();
-        let attn = match self.json.get("attn_config") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(attn)) => attn,
-            Some(other) => {
-                return Err(ModelError::config(
-                    "attn_config",
-                    other,
-                    "must be an object",
-                ));
-            }
-        };
-        let field = |name: &str| attn.get(name).filter(|v| !v.is_null());
-        for (name, what) in [
-            ("clip_qkv", "clipping of q, k and v"),
-            ("qk_ln", "LayerNorm of q and k"),
-            ("prefix_lm", "prefix-LM masks"),
-            ("attn_uses_sequence_id", "sequence-id masks"),
-        ] {
-            match field(name) {
-                None | Some(Value::Bool(false)) => {}
-                Some(value) => {
-                    return Err(ModelError::config(
-                        "attn_config",
-                        format!("{name}: {value}"),
-                        format!("{what} is not supported"),
-                    ));
-                }
-            }
-        }
-        let scale = match field("softmax_scale") {
-            None => None,
-            Some(value) => Some(value.as_f64().ok_or_else(|| {
-                ModelError::config("attn_config.softmax_scale", value, "must be a number")
-            })?),
-        };
-        let alibi = match field("alibi") {
-            None => false,
-            Some(value) => value.as_bool().ok_or_else(|| {
-                ModelError::config("attn_config.alibi", value, "must be true or false")
-            })?,
-        };
-        let positional = match alibi {
-            true => {
-                let max_bias = match field("alibi_bias_max") {
-                    None => 8.0,
-                    Some(value) => value.as_f64().ok_or_else(|| {
-                        ModelError::config("attn_config.alibi_bias_max", value, "must be a number")
-                    })?,
-                };
-                PositionalScheme::Alibi { max_bias }
-            }
-            // Learned absolute positions on the embeddings (`learned_pos_emb`).
-            false => PositionalScheme::None,
-        };
-        let no_bias = self.boolean("no_bias")?.unwrap_or(true);
-        Ok(base
-            .with_biases(!no_bias)
-            .with_scale(scale)
-            .with_causal(true)
-            .with_positional(positional))
-    }
-
-    /// The window of layer `layer`, if it is a sliding-window layer.
-    fn sliding_window(&self, layer: usize) -> Result<Option<usize>, ModelError> {
-        let window = self.integer("sliding_window")?;
-        let Some(layer_types) = self.layer_types()? else {
-            // Mistral and Phi-3 slide every layer when a window is set; Qwen2 only with
-            // `use_sliding_window` (its configs always carry `layer_types`, read above).
-            return Ok(match self.model_type.as_str() {
-                "mistral" | "phi3" => window,
-                "qwen2" if self.boolean("use_sliding_window")?.unwrap_or(false) => window,
-                _ => None,
-            });
-        };
-        match layer_types.get(layer).map(String::as_str) {
-            Some("sliding_attention") => window.map(Some).ok_or_else(|| {
-                ModelError::config(
-                    "sliding_window",
-                    Value::Null,
-                    format!("is required: layer {layer} is a sliding_attention layer"),
-                )
-            }),
-            Some("full_attention") => Ok(None),
-            Some(other) => Err(ModelError::config(
-                "layer_types",
-                other,
-                "must name sliding_attention or full_attention for every layer",
-            )),
-            None => Err(ModelError::config(
-                "layer_types",
-                layer_types.len(),
-                format!("must name a type for every layer (layer {layer} has none)"),
-            )),
-        }
-    }
-
-    /// `layer_types`, when the config has it: one name per layer.
-    fn layer_types(&self) -> Result<Option<Vec<String>>, ModelError> {
-        let types = match self.json.get("layer_types") {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::Array(types)) => types
-                .iter()
-                .map(|t| t.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| {
-                    ModelError::config("layer_types", types, "must be a list of strings")
-                })?,
-            Some(other) => {
-                return Err(ModelError::config(
-                    "layer_types",
-                    other,
-                    "must be a list of strings",
-                ));
-            }
-        };
-        // transformers refuses a list of another length (`layer_types` is validated against
-        // `num_hidden_layers`): extra entries would be ignored here, and missing ones fail only
-        // at the layer that lacks one.
-        let layers = self.num_layers()?;
-        if types.len() != layers {
-            return Err(ModelError::config(
-                "layer_types",
-                types.len(),
-                format!("must name one type per layer (num_hidden_layers = {layers})"),
-            ));
-        }
-        Ok(Some(types))
-    }
-
-    /// The RoPE settings of layer `layer` (its layer type's, when `rope_parameters` are per type).
-    fn rope(&self, layer: usize) -> Result<RotaryEncodingConfig, ModelError> {
-        let json = Value::Object(self.json.clone());
-        let per_type = RotaryEncodingConfig::from_huggingface_layer_types_value(&json)?;
-        let layer_type = match self.layer_types()? {
-            Some(types) => types.get(layer).cloned().ok_or_else(|| {
-                ModelError::config(
-                    "layer_types",
-                    types.len(),
-                    format!("must name a type for every layer (layer {layer} has none)"),
-                )
-            })?,
-            None => "full_attention".to_owned(),
-        };
-        per_type.get(&layer_type).cloned().ok_or_else(|| {
-            ModelError::config(
-                "rope_parameters",
-                per_type.keys().collect::<Vec<_>>(),
-                format!("has no settings for layer type {layer_type:?}"),
-            )
-        })
-    }
-
-    fn refuse_true(&self, field: &'static str) -> Result<(), ModelError> {
-        match self.boolean(field)? {
-            Some(true) => Err(ModelError::config(
-                field,
-                true,
-                "is not supported by this loader",
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// `field` read by `read`, `None` when absent or null, an error saying `expected` when
-    /// `read` cannot read it.
-    fn typed<'a, T>(
-        &'a self,
-        field: &'static str,
-        read: impl Fn(&'a Value) -> Option<T>,
-        expected: &str,
-    ) -> Result<Option<T>, ModelError> {
-        match self.json.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => read(value)
-                .map(Some)
-                .ok_or_else(|| ModelError::config(field, value, expected)),
-        }
-    }
-
-    /// `field` as a whole number; `None` when absent or null, an error naming it otherwise.
-    pub fn integer(&self, field: &'static str) -> Result<Option<usize>, ModelError> {
-        let whole = |v: &Value| v.as_u64().and_then(|v| usize::try_from(v).ok());
-        self.typed(field, whole, "must be a whole number")
-    }
-
-    /// The first of `fields` present, as a whole number (families spell sizes differently).
-    pub fn first_integer(&self, fields: &[&'static str]) -> Result<Option<usize>, ModelError> {
-        for field in fields {
-            if let Some(value) = self.integer(field)? {
-                return Ok(Some(value));
-            }
-        }
-        Ok(None)
-    }
-
-    /// As [`first_integer`](Self::first_integer), an error naming `fields[0]` when none is
-    /// present.
-    pub fn required_integer(&self, fields: &[&'static str]) -> Result<usize, ModelError> {
-        self.first_integer(fields)?.ok_or_else(|| {
-            ModelError::config(
-                fields[0],
-                Value::Null,
-                format!("is required (or one of {fields:?})"),
-            )
-        })
-    }
-
-    /// `field` as a number; `None` when absent or null, an error naming it otherwise.
-    pub fn number(&self, field: &'static str) -> Result<Option<f64>, ModelError> {
-        self.typed(field, Value::as_f64, "must be a number")
-    }
-
-    /// `field` as true or false; `None` when absent or null, an error naming it otherwise.
-    pub fn boolean(&self, field: &'static str) -> Result<Option<bool>, ModelError> {
-        self.typed(field, Value::as_bool, "must be true or false")
-    }
-
-    /// `field` as a string; `None` when absent or null, an error naming it otherwise.
-    pub fn string(&self, field: &'static str) -> Result<Option<&str>, ModelError> {
-        self.typed(field, Value::as_str, "must be a string")
+        let mut blocks = family(self)?.architecture.blocks;
+        Ok(blocks.swap_remove(layer).attention)
     }
 }
 
 /// Loads layer `layer`'s attention of the checkpoint in `dir` (`config.json` and
 /// `model.safetensors`, or its sharded index) onto `device`, in f32.
 pub fn load_layer(
-    dir: impl AsRef<std::path::Path>,
+    dir: impl AsRef<Path>,
     layer: usize,
     device: &Device,
 ) -> Result<MultiHeadAttention, ModelError> {
@@ -498,11 +109,8 @@ pub fn load_layer_from(
     layer: usize,
     device: &Device,
 ) -> Result<MultiHeadAttention, ModelError> {
-    let attention_config = config.attention_config(layer)?;
-    let family = AttentionNames::of_family(config.model_type())
-        .expect("from_json accepts only families with names");
-    let names = family_names_in(&family, checkpoint, layer, config.model_type())?;
-    load_layer_with(&names, attention_config, checkpoint, layer, device)
+    let attention = config.attention_config(layer)?;
+    load::attention(&family_names(config)?, layer, attention, checkpoint, device)
 }
 
 /// An error naming `num_hidden_layers` unless the checkpoint holds the attention of every layer
@@ -514,10 +122,12 @@ pub fn check_layer_count(
     checkpoint: &Checkpoint,
 ) -> Result<(), ModelError> {
     let layers = config.num_layers()?;
-    let family = AttentionNames::of_family(config.model_type())
-        .expect("from_json accepts only families with names");
-    let has_layer =
-        |layer: usize| family_names_in(&family, checkpoint, layer, config.model_type()).is_ok();
+    let names = family_names(config)?;
+    let Some(root) = names.root_in(checkpoint, 0) else {
+        // The loader names what it cannot find.
+        return Ok(());
+    };
+    let has_layer = |layer: usize| names.has_layer(checkpoint, &root, layer);
     if layers == 0 || has_layer(layers - 1) {
         return Ok(());
     }
@@ -546,261 +156,27 @@ pub fn load_relative_bias(
 }
 
 /// The learned absolute position table of a checkpoint: GPT-2's `wpe`, BERT's
-/// `embeddings.position_embeddings`, MPT's `wpe` (when it has no ALiBi). It is added to the token
-/// embeddings before the first layer, outside attention.
+/// `embeddings.position_embeddings`. It is added to the token embeddings before the first layer,
+/// outside attention.
 pub fn load_learned_positions(
     config: &HuggingFaceConfig,
     checkpoint: &mut Checkpoint,
     device: &Device,
 ) -> Result<LearnedPositionalEmbedding, ModelError> {
-    let (name, length_fields): (&str, &[&'static str]) = match config.model_type() {
-        "gpt2" => (
-            "transformer.wpe.weight",
-            &["n_positions", "max_position_embeddings"],
-        ),
-        "bert" => (
-            "embeddings.position_embeddings.weight",
-            &["max_position_embeddings"],
-        ),
-        "mpt" => ("transformer.wpe.weight", &["max_seq_len"]),
-        other => {
-            return Err(ModelError::config(
-                "model_type",
-                other,
-                "has no learned absolute positions (gpt2, bert and mpt have)",
-            ));
-        }
-    };
-    let d_model = config.required_integer(&["hidden_size", "n_embd", "d_model"])?;
-    let max_len = config.required_integer(length_fields)?;
-    // As saved, without its first component (a bare `GPT2Model`), or under `bert.`.
-    let stripped = name.split_once('.').map_or(name, |(_, rest)| rest);
-    let wrapped = format!("bert.{name}");
-    let found = [name, stripped, wrapped.as_str()]
-        .into_iter()
-        .find(|candidate| checkpoint.contains(candidate))
-        .ok_or_else(|| {
-            ModelError::input(
-                "checkpoint",
-                checkpoint.path(),
-                format!("has no position table {name:?}"),
-            )
-        })?
-        .to_owned();
-    let weight = checkpoint.tensor::<2>(&found, device)?;
-    Ok(LearnedPositionalEmbeddingConfig::new(max_len, d_model).try_init_with_weight(weight)?)
-}
-
-/// The family's names as `checkpoint` spells them: as they are, with the first dotted
-/// component dropped, or with a known task wrapper before them.
-fn family_names_in(
-    family: &AttentionNames,
-    checkpoint: &Checkpoint,
-    layer: usize,
-    model_type: &str,
-) -> Result<AttentionNames, ModelError> {
-    let wrappers = ["", "bert.", "transformer.", "model."];
-    let mut candidates = vec![
-        family.clone(),
-        family.map_names(|name| {
-            name.split_once('.')
-                .map_or(name.to_owned(), |(_, rest)| rest.to_owned())
-        }),
-    ];
-    candidates.extend(
-        wrappers[1..]
-            .iter()
-            .map(|wrapper| family.map_names(|name| format!("{wrapper}{name}"))),
-    );
-    candidates
-        .into_iter()
-        .find(|names| checkpoint.contains(&names.probe(layer)))
-        .ok_or_else(|| {
-            ModelError::input(
-                "checkpoint",
-                checkpoint.path(),
-                format!(
-                    "has no {model_type} attention at layer {layer} (looked for {:?})",
-                    family.probe(layer)
-                ),
-            )
-        })
-}
-
-/// Loads layer `layer` with explicit names (for checkpoints whose names no family table has)
-/// into a module built from `config`.
-pub fn load_layer_with(
-    names: &AttentionNames,
-    config: MultiHeadAttentionConfig,
-    checkpoint: &mut Checkpoint,
-    layer: usize,
-    device: &Device,
-) -> Result<MultiHeadAttention, ModelError> {
-    let at = |name: &str| AttentionNames::at(name, layer);
-    let head_dim = config.head_dim();
-    let (n_heads, kv_heads) = (config.n_heads, config.kv_heads());
-    let (q_width, kv_width) = (n_heads * head_dim, kv_heads * head_dim);
-    let mut linear = |name: &str, bias: bool| -> Result<LinearWeights, ModelError> {
-        let weight = checkpoint.tensor::<2>(&format!("{name}.weight"), device)?;
-        let bias = match bias {
-            true => Some(checkpoint.tensor::<1>(&format!("{name}.bias"), device)?),
-            false => None,
-        };
-        Ok(LinearWeights { weight, bias })
-    };
-    let (query, key, value, output) = match &names.projections {
-        ProjectionLayout::Separate {
-            query,
-            key,
-            value,
-            output,
-        } => (
-            linear(&at(query), config.query_bias)?,
-            linear(&at(key), config.key_bias)?,
-            linear(&at(value), config.value_bias)?,
-            linear(&at(output), config.output_bias)?,
-        ),
-        ProjectionLayout::Fused { qkv, order, output } => {
-            if !(config.query_bias == config.key_bias && config.key_bias == config.value_bias) {
-                return Err(ModelError::config(
-                    "query_bias",
-                    config.query_bias,
-                    "must equal key_bias and value_bias for a fused projection",
-                ));
-            }
-            let fused = linear(&at(qkv), config.query_bias)?;
-            let [q, k, v] = split_fused(
-                fused,
-                *order,
-                [q_width, kv_width, kv_width],
-                head_dim,
-                &at(qkv),
-            )?;
-            (q, k, v, linear(&at(output), config.output_bias)?)
-        }
-        ProjectionLayout::Conv1d { qkv, output } => {
-            // Conv1D stores [in, out]: the transpose is nn.Linear's layout.
-            let conv = |weights: LinearWeights| LinearWeights {
-                weight: weights.weight.transpose(),
-                bias: weights.bias,
-            };
-            let fused = conv(linear(&at(qkv), config.query_bias)?);
-            let [q, k, v] = split_fused(
-                fused,
-                FusedOrder::Concatenated,
-                [q_width, kv_width, kv_width],
-                head_dim,
-                &at(qkv),
-            )?;
-            (q, k, v, conv(linear(&at(output), config.output_bias)?))
-        }
-    };
-    let mut attention = config
-        .try_init(device)?
-        .try_with_pytorch_weights(query, key, value, output)?;
-    if let Some((query_norm, key_norm)) = &names.qk_norm
-        && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
-    {
-        q.weight = head_weight(checkpoint, &at(query_norm), head_dim, device)?;
-        k.weight = head_weight(checkpoint, &at(key_norm), head_dim, device)?;
+    match load::learned_positions(family(config)?, checkpoint, device)? {
+        Some(AbsolutePositions::Learned(table)) => Ok(table),
+        _ => Err(ModelError::config(
+            "model_type",
+            config.model_type(),
+            "has no learned absolute positions (gpt2 and bert have)",
+        )),
     }
-    if let (Some(name), Some(sinks)) = (&names.sinks, &mut attention.sinks) {
-        *sinks = head_weight(checkpoint, &at(name), n_heads, device)?;
-    }
-    if let (Some(name), Some(relative)) = (&names.relative_bias, &attention.relative) {
-        let table = checkpoint.tensor::<2>(&at(name), device)?;
-        attention.relative = Some(relative.config().try_init_with_weight(table)?);
-    }
-    let scopes: Vec<String> = names.scopes.iter().map(|scope| at(scope)).collect();
-    let unread = checkpoint.unread(&scopes, &names.ignored);
-    if !unread.is_empty() {
-        return Err(ModelError::input(
-            "checkpoint",
-            unread,
-            "holds tensors of this attention layer that its configuration does not use",
-        ));
-    }
-    Ok(attention)
-}
-
-/// A `[len]` weight (QK-norm, sinks) read and checked.
-fn head_weight(
-    checkpoint: &mut Checkpoint,
-    name: &str,
-    len: usize,
-    device: &Device,
-) -> Result<burn::module::Param<Tensor<1>>, ModelError> {
-    let weight = checkpoint.tensor::<1>(name, device)?;
-    if weight.dims() != [len] {
-        return Err(ModelError::input(
-            "checkpoint",
-            name,
-            format!("has shape {:?}; expected [{len}]", weight.dims()),
-        ));
-    }
-    Ok(burn::module::Param::from_tensor(weight))
-}
-
-/// Splits a fused projection (`[q + k + v, in]` in `nn.Linear` layout) into its three.
-fn split_fused(
-    fused: LinearWeights,
-    order: FusedOrder,
-    widths: [usize; 3],
-    head_dim: usize,
-    name: &str,
-) -> Result<[LinearWeights; 3], ModelError> {
-    let [rows, d_input] = fused.weight.dims();
-    let total: usize = widths.iter().sum();
-    if rows != total {
-        return Err(ModelError::input(
-            "checkpoint",
-            name,
-            format!("has {rows} output features; the config gives q + k + v = {total}"),
-        ));
-    }
-    let split_rows = |weight: Tensor<2>, bias: Option<Tensor<1>>| -> [LinearWeights; 3] {
-        match order {
-            FusedOrder::Concatenated => {
-                let mut start = 0;
-                widths.map(|width| {
-                    let part = LinearWeights {
-                        weight: weight.clone().narrow(0, start, width),
-                        bias: bias.clone().map(|b| b.narrow(0, start, width)),
-                    };
-                    start += width;
-                    part
-                })
-            }
-            // `[heads, 3, head_dim, in]`: GPT-NeoX and BLOOM view the output per head.
-            FusedOrder::PerHead => {
-                let heads = widths[0] / head_dim;
-                let weight = weight.reshape([heads, 3, head_dim, d_input]);
-                let bias = bias.map(|b| b.reshape([heads, 3, head_dim]));
-                [0, 1, 2].map(|part| LinearWeights {
-                    weight: weight
-                        .clone()
-                        .narrow(1, part, 1)
-                        .reshape([heads * head_dim, d_input]),
-                    bias: bias
-                        .clone()
-                        .map(|b| b.narrow(1, part, 1).reshape([heads * head_dim])),
-                })
-            }
-        }
-    };
-    if order == FusedOrder::PerHead && !(widths[0] == widths[1] && widths[1] == widths[2]) {
-        return Err(ModelError::input(
-            "checkpoint",
-            name,
-            "a per-head fused projection needs as many key/value heads as query heads",
-        ));
-    }
-    Ok(split_rows(fused.weight, fused.bias))
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{Distribution, TensorData};
+    use attention::LinearWeights;
+    use burn::tensor::{Distribution, Tensor, TensorData};
     use positional::for_each_backend;
     use positional::testing::{assert_close, floats};
 
@@ -857,6 +233,7 @@ mod tests {
     }
 
     const QWEN2: &str = r#"{"model_type": "qwen2", "hidden_size": 16, "num_attention_heads": 4,
+        "vocab_size": 4, "intermediate_size": 32,
         "num_key_value_heads": 2, "num_hidden_layers": 1, "max_position_embeddings": 64,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
         "layer_types": ["full_attention"], "use_sliding_window": false, "sliding_window": null}"#;
@@ -1003,6 +380,7 @@ mod tests {
             let with_bias = model_type == "gpt_neox";
             let config = format!(
                 r#"{{"model_type": "{model_type}", "hidden_size": {d}, "num_attention_heads": {heads},
+                "vocab_size": 4, "intermediate_size": 32,
                 "num_hidden_layers": 1, "max_position_embeddings": 64, "rotary_pct": 1.0,
                 "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}}}"#
             );
@@ -1058,7 +436,8 @@ mod tests {
 
         // GPT-2: c_attn is [in, 3 * out] (Conv1D), q | k | v side by side in its columns.
         let config = format!(
-            r#"{{"model_type": "gpt2", "n_embd": {d}, "n_head": {heads}, "n_layer": 1, "n_positions": 64}}"#
+            r#"{{"model_type": "gpt2", "n_embd": {d}, "n_head": {heads}, "n_layer": 1, "n_positions": 64,
+            "vocab_size": 4}}"#
         );
         let tensors = vec![
             (
@@ -1123,8 +502,8 @@ mod tests {
 
     fn gpt2_position_table_loads(device: &Device) {
         let dir = scratch("gpt2-wpe");
-        let config =
-            r#"{"model_type": "gpt2", "n_embd": 4, "n_head": 2, "n_layer": 1, "n_positions": 3}"#;
+        let config = r#"{"model_type": "gpt2", "n_embd": 4, "n_head": 2, "n_layer": 1, "n_positions": 3,
+            "vocab_size": 4}"#;
         std::fs::write(dir.join("config.json"), config).unwrap();
         // A bare GPT2Model checkpoint: no `transformer.` before its names.
         let table = values(12, 1);
@@ -1139,7 +518,7 @@ mod tests {
         assert_eq!(positions.max_sequence_length(), 3);
         assert_close(&positions.weight.val().into_data(), &table, 0.0);
         let bert = HuggingFaceConfig::from_json(
-            r#"{"model_type": "bert", "hidden_size": 4,
+            r#"{"model_type": "bert", "hidden_size": 4, "vocab_size": 4, "intermediate_size": 8,
             "num_attention_heads": 2, "num_hidden_layers": 1, "max_position_embeddings": 3}"#,
         )
         .unwrap();
@@ -1156,6 +535,7 @@ mod tests {
         let with = |extra: &str| {
             format!(
                 r#"{{"model_type": "gemma2", "hidden_size": 16, "num_attention_heads": 4,
+            "vocab_size": 4, "intermediate_size": 32,
             "num_hidden_layers": 2, "max_position_embeddings": 64, "query_pre_attn_scalar": 4,
             "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"],
             "rope_parameters": {{"rope_type": "default", "rope_theta": 10000.0}}{extra}}}"#
@@ -1188,9 +568,8 @@ mod tests {
                 .to_string();
             assert!(err.contains(want), "{want}: {err}");
         }
-        let err = HuggingFaceConfig::from_json(r#"{"model_type": "falcon"}"#)
-            .unwrap_err()
-            .to_string();
+        let falcon = HuggingFaceConfig::from_json(r#"{"model_type": "falcon"}"#).unwrap();
+        let err = architecture(&falcon).unwrap_err().to_string();
         assert!(
             err.contains("`model_type` = \"falcon\": is not a supported family"),
             "{err}"

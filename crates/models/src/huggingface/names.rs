@@ -1,5 +1,79 @@
-//! Where each family keeps its attention weights in a Hugging Face checkpoint, in one table (after
-//! llama.cpp's `LLM_TENSOR_NAMES`): a reader sees every family's layout at a glance.
+//! Where a family keeps its tensors in a Hugging Face checkpoint: one table per family (after
+//! llama.cpp's `LLM_TENSOR_NAMES`), each in its family's file, all in one syntax.
+//!
+//! Names under the base model are relative to its prefix (`model.`, `transformer.`, ...); a
+//! layer's are relative to the layer's prefix, in which `{layer}` stands for its index.
+
+use super::Checkpoint;
+
+/// The template syntax's placeholder for a layer's index.
+const LAYER: &str = "{layer}";
+
+/// A family's tensor names.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorNames {
+    /// The base model's prefix as the task class saves it (`model.` for `LlamaForCausalLM`).
+    pub root: &'static str,
+    pub embedding: &'static str,
+    /// Learned absolute positions.
+    pub positions: Option<&'static str>,
+    pub token_types: Option<&'static str>,
+    pub embedding_norm: Option<&'static str>,
+    /// A layer's prefix, `{layer}` standing for its index (`layers.{layer}.`).
+    pub layer: &'static str,
+    pub attention: AttentionNames,
+    pub attention_norm: &'static str,
+    pub feed_forward_norm: &'static str,
+    pub post_attention_norm: Option<&'static str>,
+    pub post_feed_forward_norm: Option<&'static str>,
+    pub mlp: MlpNames,
+    pub final_norm: Option<&'static str>,
+    /// Outside the base model (`lm_head`, `embed_out`), without `.weight`.
+    pub lm_head: Option<&'static str>,
+    pub pooler: Option<&'static str>,
+    /// Endings of names that hold computed buffers, not weights (`rotary_emb.inv_freq`, GPT-2's
+    /// causal mask `attn.bias`): present or not, they are not read.
+    pub ignored: Vec<&'static str>,
+}
+
+impl TensorNames {
+    /// Layer `layer`'s prefix under the base model.
+    pub fn layer(&self, layer: usize) -> String {
+        self.layer.replace(LAYER, &layer.to_string())
+    }
+
+    /// The base model's prefix as `checkpoint` spells it: as the task class saves it, as the
+    /// bare base model does (none), or under another task's wrapper. A prefix is recognised by
+    /// the token embedding, the attention of layer `layer` or the position table.
+    pub fn root_in(&self, checkpoint: &Checkpoint, layer: usize) -> Option<String> {
+        let candidates = [
+            self.root,
+            "",
+            "model.",
+            "transformer.",
+            "bert.",
+            "gpt_neox.",
+        ];
+        candidates
+            .into_iter()
+            .find(|root| {
+                checkpoint.contains(&format!("{root}{}", self.embedding))
+                    || self.has_layer(checkpoint, root, layer)
+                    || (self.positions)
+                        .is_some_and(|name| checkpoint.contains(&format!("{root}{name}")))
+            })
+            .map(str::to_owned)
+    }
+
+    /// Whether `checkpoint` holds the attention of layer `layer` under `root`.
+    pub fn has_layer(&self, checkpoint: &Checkpoint, root: &str, layer: usize) -> bool {
+        checkpoint.contains(&format!(
+            "{root}{}{}",
+            self.layer(layer),
+            self.attention.probe()
+        ))
+    }
+}
 
 /// How one layer's projections are stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +100,7 @@ pub enum ProjectionLayout {
     },
     /// GPT-2's `Conv1D`s: weights stored `[in, out]`, queries, keys and values side by side in
     /// the columns of `c_attn`.
-    Conv1d {
+    Conv1D {
         /// `c_attn`: `[d_model, 3 * d_model]`.
         qkv: String,
         /// `c_proj`: `[d_model, d_model]`.
@@ -44,192 +118,88 @@ pub enum FusedOrder {
     PerHead,
 }
 
-/// The names of one attention layer's tensors, as a template over the layer index: `{layer}` in
-/// a name stands for it. Build one for a checkpoint whose names differ from its family's.
+/// The names of one attention layer's tensors, relative to the layer's prefix
+/// (`model.layers.3.`), without `.weight` / `.bias`. Build one for a checkpoint whose names no
+/// family has, and load it with [`load_layer_with`](crate::huggingface::load_layer_with).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttentionNames {
     /// Prefixes under which every tensor belongs to the attention layer (all of them must be
-    /// read), e.g. `model.layers.{layer}.self_attn.`.
+    /// read), e.g. `self_attn.`.
     pub scopes: Vec<String>,
-    /// The projections, as full names without `.weight` / `.bias`.
+    /// The projections.
     pub projections: ProjectionLayout,
-    /// QK-norm weights (query, key), full names.
+    /// QK-norm weights (query, key).
     pub qk_norm: Option<(String, String)>,
-    /// The sink logits, a full name.
+    /// The sink logits.
     pub sinks: Option<String>,
-    /// T5's relative bias table, read from layer 0 only.
+    /// T5's relative bias table (its first layer's).
     pub relative_bias: Option<String>,
-    /// Name endings under a scope that hold computed buffers, not weights, and are skipped.
-    pub ignored: Vec<&'static str>,
 }
 
 impl AttentionNames {
-    /// `name` with `{layer}` replaced.
-    pub fn at(name: &str, layer: usize) -> String {
-        name.replace("{layer}", &layer.to_string())
-    }
-
-    /// The layout of a family's checkpoints, by `model_type`.
-    pub fn of_family(model_type: &str) -> Option<Self> {
-        let separate =
-            |prefix: &str, q: &str, k: &str, v: &str, o: &str| ProjectionLayout::Separate {
-                query: format!("{prefix}{q}"),
-                key: format!("{prefix}{k}"),
-                value: format!("{prefix}{v}"),
-                output: format!("{prefix}{o}"),
-            };
-        let llama_prefix = "model.layers.{layer}.self_attn.";
-        let llama = |qk_norm: bool, sinks: bool| Self {
-            scopes: vec![llama_prefix.into()],
-            projections: separate(llama_prefix, "q_proj", "k_proj", "v_proj", "o_proj"),
-            qk_norm: qk_norm.then(|| {
-                (
-                    format!("{llama_prefix}q_norm.weight"),
-                    format!("{llama_prefix}k_norm.weight"),
-                )
-            }),
-            sinks: sinks.then(|| format!("{llama_prefix}sinks")),
-            relative_bias: None,
-            ignored: vec!["rotary_emb.inv_freq"],
-        };
-        let fused = |prefix: &str, qkv: &str, order, output: &str, ignored| Self {
-            scopes: vec![prefix.into()],
-            projections: ProjectionLayout::Fused {
-                qkv: format!("{prefix}{qkv}"),
-                order,
-                output: format!("{prefix}{output}"),
+    /// Four separate `nn.Linear`s under `scope` (`self_attn.` and `q_proj`, `k_proj`, `v_proj`,
+    /// `o_proj` in Llama's checkpoints).
+    pub fn separate(scope: &str, [query, key, value, output]: [&str; 4]) -> Self {
+        let at = |name: &str| format!("{scope}{name}");
+        Self {
+            scopes: vec![scope.to_owned()],
+            projections: ProjectionLayout::Separate {
+                query: at(query),
+                key: at(key),
+                value: at(value),
+                output: at(output),
             },
             qk_norm: None,
             sinks: None,
             relative_bias: None,
-            ignored,
-        };
-        Some(match model_type {
-            "llama" | "mistral" | "qwen2" | "gemma2" => llama(false, false),
-            "qwen3" | "gemma3_text" | "gemma3" => llama(true, false),
-            "gpt_oss" => llama(false, true),
-            "phi3" => fused(
-                llama_prefix,
-                "qkv_proj",
-                FusedOrder::Concatenated,
-                "o_proj",
-                vec!["rotary_emb.inv_freq"],
-            ),
-            // Older GPT-NeoX checkpoints carry the causal mask and RoPE's frequencies as buffers.
-            "gpt_neox" => fused(
-                "gpt_neox.layers.{layer}.attention.",
-                "query_key_value",
-                FusedOrder::PerHead,
-                "dense",
-                vec![
-                    "rotary_emb.inv_freq",
-                    "attention.bias",
-                    "attention.masked_bias",
-                ],
-            ),
-            "bloom" => fused(
-                "transformer.h.{layer}.self_attention.",
-                "query_key_value",
-                FusedOrder::PerHead,
-                "dense",
-                vec![],
-            ),
-            "mpt" => fused(
-                "transformer.blocks.{layer}.attn.",
-                "Wqkv",
-                FusedOrder::Concatenated,
-                "out_proj",
-                vec![],
-            ),
-            "gpt2" => Self {
-                scopes: vec!["transformer.h.{layer}.attn.".into()],
-                projections: ProjectionLayout::Conv1d {
-                    qkv: "transformer.h.{layer}.attn.c_attn".into(),
-                    output: "transformer.h.{layer}.attn.c_proj".into(),
-                },
-                qk_norm: None,
-                sinks: None,
-                relative_bias: None,
-                // The causal mask buffers older GPT-2 checkpoints carry.
-                ignored: vec!["attn.bias", "attn.masked_bias"],
-            },
-            "bert" => {
-                let attention = "encoder.layer.{layer}.attention.";
-                Self {
-                    scopes: vec![
-                        format!("{attention}self."),
-                        format!("{attention}output.dense."),
-                    ],
-                    projections: separate(
-                        attention,
-                        "self.query",
-                        "self.key",
-                        "self.value",
-                        "output.dense",
-                    ),
-                    qk_norm: None,
-                    sinks: None,
-                    relative_bias: None,
-                    ignored: vec![],
-                }
-            }
-            "t5" => {
-                let prefix = "encoder.block.{layer}.layer.0.SelfAttention.";
-                Self {
-                    scopes: vec![prefix.into()],
-                    projections: separate(prefix, "q", "k", "v", "o"),
-                    qk_norm: None,
-                    sinks: None,
-                    relative_bias: Some(format!("{prefix}relative_attention_bias.weight")),
-                    ignored: vec![],
-                }
-            }
-            _ => return None,
-        })
-    }
-
-    /// The same names, each passed through `rename` (a checkpoint saved with another wrapper:
-    /// `bert.` before BERT's names in a `BertForMaskedLM`, no `model.` in a bare `LlamaModel`).
-    pub(crate) fn map_names(&self, rename: impl Fn(&str) -> String) -> Self {
-        let projections = match &self.projections {
-            ProjectionLayout::Separate {
-                query,
-                key,
-                value,
-                output,
-            } => ProjectionLayout::Separate {
-                query: rename(query),
-                key: rename(key),
-                value: rename(value),
-                output: rename(output),
-            },
-            ProjectionLayout::Fused { qkv, order, output } => ProjectionLayout::Fused {
-                qkv: rename(qkv),
-                order: *order,
-                output: rename(output),
-            },
-            ProjectionLayout::Conv1d { qkv, output } => ProjectionLayout::Conv1d {
-                qkv: rename(qkv),
-                output: rename(output),
-            },
-        };
-        Self {
-            scopes: self.scopes.iter().map(|s| rename(s)).collect(),
-            projections,
-            qk_norm: self.qk_norm.as_ref().map(|(q, k)| (rename(q), rename(k))),
-            sinks: self.sinks.as_ref().map(|s| rename(s)),
-            relative_bias: self.relative_bias.as_ref().map(|s| rename(s)),
-            ignored: self.ignored.clone(),
         }
     }
 
-    /// The first name of the query projection (or fused projection's) weight at `layer`: how a
-    /// checkpoint is recognised as using these names.
-    pub(crate) fn probe(&self, layer: usize) -> String {
+    /// One fused projection `qkv` in `order` and `output`, under `scope`.
+    pub fn fused(scope: &str, qkv: &str, order: FusedOrder, output: &str) -> Self {
+        Self {
+            scopes: vec![scope.to_owned()],
+            projections: ProjectionLayout::Fused {
+                qkv: format!("{scope}{qkv}"),
+                order,
+                output: format!("{scope}{output}"),
+            },
+            qk_norm: None,
+            sinks: None,
+            relative_bias: None,
+        }
+    }
+
+    /// The query (or fused) projection's weight: how a checkpoint is recognised as holding a
+    /// layer under these names.
+    pub(crate) fn probe(&self) -> String {
         let first = match &self.projections {
             ProjectionLayout::Separate { query, .. } => query,
-            ProjectionLayout::Fused { qkv, .. } | ProjectionLayout::Conv1d { qkv, .. } => qkv,
+            ProjectionLayout::Fused { qkv, .. } | ProjectionLayout::Conv1D { qkv, .. } => qkv,
         };
-        format!("{}.weight", Self::at(first, layer))
+        format!("{first}.weight")
     }
+}
+
+/// A feed-forward block's tensors, relative to its layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MlpNames {
+    /// `nn.Linear`s: the gate (gated MLPs only), up and down projections.
+    Separate {
+        gate: Option<&'static str>,
+        up: &'static str,
+        down: &'static str,
+    },
+    /// Phi-3's `gate_up_proj`: the gate's rows, then the up projection's.
+    FusedGateUp {
+        gate_up: &'static str,
+        down: &'static str,
+    },
+    /// GPT-2's `Conv1D`s, weights stored `[in, out]`.
+    Conv1D {
+        up: &'static str,
+        down: &'static str,
+    },
+    /// gpt-oss's router and experts under this prefix (`mlp.`).
+    Experts { prefix: &'static str },
 }

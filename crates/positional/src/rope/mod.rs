@@ -17,7 +17,6 @@
 
 mod frequencies;
 use crate::kernels::rope as fused;
-mod huggingface;
 pub mod reference;
 
 pub use frequencies::{RopeFrequencies, RopeScaling, default_inv_freq, rope_frequencies};

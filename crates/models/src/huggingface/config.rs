@@ -1,0 +1,144 @@
+//! A Hugging Face `config.json`, and the one way this crate reads it: a serde struct per family
+//! (`crate::families`), deserialized with the path of any bad value kept, so that every error
+//! names its field.
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::ModelError;
+
+/// A Hugging Face `config.json`, parsed: what a family's struct is read from.
+///
+/// `null` reads as absent everywhere (transformers writes `"sliding_window": null` for "none"),
+/// so a field's default applies to both.
+#[derive(Debug, Clone)]
+pub struct HuggingFaceConfig {
+    json: Value,
+    model_type: String,
+}
+
+impl HuggingFaceConfig {
+    /// Parses the text of a `config.json`: a JSON object, whose `model_type` (when present) is a
+    /// string. The family is checked where the config is used
+    /// ([`architecture`](crate::huggingface::architecture) and the loaders), so that the RoPE
+    /// reader also serves families this crate does not build.
+    pub fn from_json(text: &str) -> Result<Self, ModelError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ModelError::input("config.json", "", format!("is not JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(ModelError::input(
+                "config.json",
+                "",
+                "must be a JSON object",
+            ));
+        }
+        let json = without_nulls(value);
+        let model_type = match json.get("model_type") {
+            None => String::new(),
+            Some(Value::String(model_type)) => model_type.clone(),
+            Some(other) => {
+                return Err(ModelError::config(
+                    "model_type",
+                    other,
+                    "must be a string naming the model family",
+                ));
+            }
+        };
+        Ok(Self { json, model_type })
+    }
+
+    /// Reads `config.json` in `dir`.
+    pub fn from_dir(dir: impl AsRef<std::path::Path>) -> Result<Self, ModelError> {
+        let path = dir.as_ref().join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ModelError::input("path", &path, format!("cannot be read: {e}")))?;
+        Self::from_json(&text)
+    }
+
+    /// The family, `model_type` (empty when the file has none).
+    pub fn model_type(&self) -> &str {
+        &self.model_type
+    }
+
+    /// The whole `config.json`, without its `null`s.
+    pub fn json(&self) -> &Map<String, Value> {
+        self.json
+            .as_object()
+            .expect("from_json accepts objects only")
+    }
+
+    /// The config read into `T` (a family's serde struct); an error names the field at fault and
+    /// its value.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ModelError> {
+        parse_value(&self.json, "")
+    }
+
+    /// Number of layers (`num_hidden_layers`, or GPT-2's `n_layer`, T5's `num_layers`), read
+    /// before anything is built for them.
+    pub fn num_layers(&self) -> Result<usize, ModelError> {
+        #[derive(serde::Deserialize)]
+        struct Layers {
+            #[serde(alias = "n_layer", alias = "n_layers", alias = "num_layers")]
+            num_hidden_layers: usize,
+        }
+        Ok(self.parse::<Layers>()?.num_hidden_layers)
+    }
+}
+
+/// `value` read into `T`; an error names the field (after `prefix`, the path of `value` in the
+/// file) and the value found there.
+pub(crate) fn parse_value<T: DeserializeOwned>(
+    value: &Value,
+    prefix: &str,
+) -> Result<T, ModelError> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let message = error.inner().to_string();
+        let mut found = Some(value);
+        let mut path = prefix.to_owned();
+        let mut push = |part: &str| {
+            if !path.is_empty() && !part.starts_with('[') {
+                path.push('.');
+            }
+            path.push_str(part);
+        };
+        for segment in error.path().iter() {
+            match segment {
+                serde_path_to_error::Segment::Map { key } => {
+                    found = found.and_then(|v| v.get(key));
+                    push(key);
+                }
+                serde_path_to_error::Segment::Seq { index } => {
+                    found = found.and_then(|v| v.get(index));
+                    push(&format!("[{index}]"));
+                }
+                serde_path_to_error::Segment::Enum { variant } => push(variant),
+                serde_path_to_error::Segment::Unknown => push("?"),
+            }
+        }
+        // serde reports a missing field at its parent: name the field itself.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.strip_suffix('`'))
+        {
+            push(field);
+            return ModelError::config(path, Value::Null, "is required");
+        }
+        let shown = found.cloned().unwrap_or(Value::Null);
+        ModelError::config(path, shown, message)
+    })
+}
+
+/// `value` with every `null` member of an object removed, at any depth.
+fn without_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(object) => Value::Object(
+            object
+                .into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
+}

@@ -1,0 +1,532 @@
+//! The one loader: a family's [`Family`] (runtime config and tensor names) and an open checkpoint
+//! make a [`Transformer`] or one attention layer.
+//!
+//! Loading is strict: a tensor the model needs that is missing or misshapen is an error naming
+//! it, and so is a tensor of the checkpoint that nothing read (a head this crate does not build,
+//! a bias the config does not expect), except the family's ignored buffers and copies of tied
+//! weights.
+
+use burn::module::Param;
+use burn::nn::{Embedding, Linear};
+use burn::tensor::{Device, Tensor};
+use positional::LearnedPositionalEmbeddingConfig;
+
+use super::Checkpoint;
+use super::names::{AttentionNames, FusedOrder, MlpNames, ProjectionLayout, TensorNames};
+use crate::block::{Block, FeedForward, FeedForwardConfig};
+use crate::error::ModelError;
+use crate::experts::MixtureOfExperts;
+use crate::families::Family;
+use crate::mlp::linear_from_pytorch;
+use crate::norm::{Norm, NormConfig};
+use crate::transformer::{AbsolutePositions, AbsolutePositionsConfig, OutputHead, Transformer};
+use attention::{LinearWeights, MultiHeadAttention, MultiHeadAttentionConfig};
+
+/// The model `family` describes, from `checkpoint`.
+pub(super) fn model(
+    family: Family,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<Transformer, ModelError> {
+    Loader::new(checkpoint, &family.names, 0, device)?.model(family)
+}
+
+/// Layer `layer`'s attention under the family's `names`, built from `config`.
+pub(super) fn attention(
+    names: &TensorNames,
+    layer: usize,
+    config: MultiHeadAttentionConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<MultiHeadAttention, ModelError> {
+    Loader::new(checkpoint, names, layer, device)?.attention(names, layer, config)
+}
+
+/// The learned absolute positions of `family`, if it has them.
+pub(super) fn learned_positions(
+    family: Family,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<Option<AbsolutePositions>, ModelError> {
+    let (Some(AbsolutePositionsConfig::Learned { max_len }), Some(name)) = (
+        family.architecture.absolute_positions,
+        family.names.positions,
+    ) else {
+        return Ok(None);
+    };
+    let path = checkpoint.path().to_owned();
+    let mut loader = Loader::new(checkpoint, &family.names, 0, device).map_err(|_| {
+        ModelError::input(
+            "checkpoint",
+            path,
+            format!(
+                "has no position table {:?}",
+                format!("{}{name}", family.names.root)
+            ),
+        )
+    })?;
+    loader
+        .learned_positions(name, max_len, family.architecture.d_model)
+        .map(Some)
+}
+
+/// Reads tensors by their family names, under whichever wrapper the checkpoint was saved with.
+struct Loader<'a> {
+    checkpoint: &'a mut Checkpoint,
+    device: &'a Device,
+    /// The base model's prefix as this checkpoint spells it.
+    root: String,
+}
+
+impl<'a> Loader<'a> {
+    /// A loader of `names` from `checkpoint`, under the base model's prefix as the checkpoint
+    /// spells it (recognised at layer `layer`).
+    fn new(
+        checkpoint: &'a mut Checkpoint,
+        names: &TensorNames,
+        layer: usize,
+        device: &'a Device,
+    ) -> Result<Self, ModelError> {
+        let root = names.root_in(checkpoint, layer).ok_or_else(|| {
+            ModelError::input(
+                "checkpoint",
+                checkpoint.path(),
+                format!(
+                    "has neither the token embedding {:?} nor the attention {:?} of layer \
+                     {layer}",
+                    format!("{}{}", names.root, names.embedding),
+                    format!(
+                        "{}{}{}",
+                        names.root,
+                        names.layer(layer),
+                        names.attention.probe()
+                    ),
+                ),
+            )
+        })?;
+        Ok(Self {
+            checkpoint,
+            device,
+            root,
+        })
+    }
+
+    fn tensor<const D: usize>(&mut self, name: &str) -> Result<Tensor<D>, ModelError> {
+        self.checkpoint.tensor::<D>(name, self.device)
+    }
+
+    fn rooted(&self, name: &str) -> String {
+        format!("{}{name}", self.root)
+    }
+
+    fn linear(&mut self, name: &str, bias: bool, shape: [usize; 2]) -> Result<Linear, ModelError> {
+        let weight = self.tensor::<2>(&format!("{name}.weight"))?;
+        let bias = match bias {
+            true => Some(self.tensor::<1>(&format!("{name}.bias"))?),
+            false => None,
+        };
+        linear_from_pytorch(name, weight, bias, shape)
+    }
+
+    fn norm(&mut self, name: &str, config: &NormConfig) -> Result<Norm, ModelError> {
+        let weight = self.tensor::<1>(&format!("{name}.weight"))?;
+        let bias = match config.kind == crate::norm::NormKind::Layer && config.bias {
+            true => Some(self.tensor::<1>(&format!("{name}.bias"))?),
+            false => None,
+        };
+        config
+            .try_init_with(weight, bias)
+            .map_err(|e| ModelError::input(name.to_owned(), e.to_string(), "does not fit"))
+    }
+
+    fn embedding(&mut self, name: &str, shape: [usize; 2]) -> Result<Embedding, ModelError> {
+        let weight = self.tensor::<2>(name)?;
+        if weight.dims() != shape {
+            return Err(ModelError::input(
+                name.to_owned(),
+                weight.dims(),
+                format!("must be {shape:?}"),
+            ));
+        }
+        Ok(Embedding {
+            weight: Param::from_tensor(weight),
+        })
+    }
+
+    /// A learned position table of `max_len` rows of `d_model`.
+    fn learned_positions(
+        &mut self,
+        name: &str,
+        max_len: usize,
+        d_model: usize,
+    ) -> Result<AbsolutePositions, ModelError> {
+        let weight = self.tensor::<2>(&self.rooted(name))?;
+        Ok(AbsolutePositions::Learned(
+            LearnedPositionalEmbeddingConfig::new(max_len, d_model).try_init_with_weight(weight)?,
+        ))
+    }
+
+    /// Layer `layer`'s attention.
+    fn attention(
+        &mut self,
+        names: &TensorNames,
+        layer: usize,
+        config: MultiHeadAttentionConfig,
+    ) -> Result<MultiHeadAttention, ModelError> {
+        let prefix = self.rooted(&names.layer(layer));
+        load_layer_with(
+            &names.attention,
+            &prefix,
+            &names.ignored,
+            config,
+            self.checkpoint,
+            self.device,
+        )
+    }
+
+    fn model(mut self, family: Family) -> Result<Transformer, ModelError> {
+        let Family {
+            model_type,
+            mut architecture,
+            names,
+        } = family;
+        let names = &names;
+        let (vocab, d) = (architecture.vocab_size, architecture.d_model);
+        let embedding = self.embedding(&self.rooted(names.embedding), [vocab, d])?;
+        let positions = match (architecture.absolute_positions, names.positions) {
+            (Some(AbsolutePositionsConfig::Learned { max_len }), Some(name)) => {
+                Some(self.learned_positions(name, max_len, d)?)
+            }
+            _ => None,
+        };
+        let token_types = match (architecture.token_types, names.token_types) {
+            (0, _) | (_, None) => None,
+            (rows, Some(name)) => Some(self.embedding(&self.rooted(name), [rows, d])?),
+        };
+        let embedding_norm = match (&architecture.embedding_norm, names.embedding_norm) {
+            (Some(norm), Some(name)) => Some(self.norm(&self.rooted(name), norm)?),
+            _ => None,
+        };
+        let mut blocks = Vec::with_capacity(architecture.blocks.len());
+        for (i, block) in architecture.blocks.iter().enumerate() {
+            let prefix = self.rooted(&names.layer(i));
+            let at = |name: &str| format!("{prefix}{name}");
+            let attention = self.attention(names, i, block.attention.clone())?;
+            let norm = |loader: &mut Self, name: Option<&str>| {
+                name.map(|name| loader.norm(&at(name), &block.norm))
+                    .transpose()
+            };
+            let attention_norm = self.norm(&at(names.attention_norm), &block.norm)?;
+            let feed_forward_norm = self.norm(&at(names.feed_forward_norm), &block.norm)?;
+            let post_attention_norm = norm(&mut self, names.post_attention_norm)?;
+            let post_feed_forward_norm = norm(&mut self, names.post_feed_forward_norm)?;
+            let feed_forward = match (names.mlp, &block.feed_forward) {
+                (MlpNames::Experts { prefix }, FeedForwardConfig::Experts(experts)) => {
+                    let at = |name: &str| format!("{}{prefix}{name}", at(""));
+                    let router = self.linear(&at("router"), true, [experts.experts, d])?;
+                    let gate_up = self.tensor::<3>(&at("experts.gate_up_proj"))?;
+                    let gate_up_bias = self.tensor::<2>(&at("experts.gate_up_proj_bias"))?;
+                    let down = self.tensor::<3>(&at("experts.down_proj"))?;
+                    let down_bias = self.tensor::<2>(&at("experts.down_proj_bias"))?;
+                    let experts: MixtureOfExperts =
+                        experts.try_init_with(router, gate_up, gate_up_bias, down, down_bias)?;
+                    FeedForward::Experts(experts)
+                }
+                (names, FeedForwardConfig::Dense(mlp)) => {
+                    let (f, bias) = (mlp.d_ff, mlp.bias);
+                    let (gate, up, down) = match names {
+                        MlpNames::Separate { gate, up, down } => (
+                            match (gate, mlp.gated) {
+                                (Some(gate), true) => Some(self.linear(&at(gate), bias, [f, d])?),
+                                _ => None,
+                            },
+                            self.linear(&at(up), bias, [f, d])?,
+                            self.linear(&at(down), bias, [d, f])?,
+                        ),
+                        MlpNames::FusedGateUp { gate_up, down } => {
+                            let fused = self.linear(&at(gate_up), bias, [2 * f, d])?;
+                            // Burn's weight is [in, out]: the gate's columns, then up's.
+                            let split = |part: usize| Linear {
+                                weight: Param::from_tensor(fused.weight.val().narrow(
+                                    1,
+                                    part * f,
+                                    f,
+                                )),
+                                bias: fused
+                                    .bias
+                                    .as_ref()
+                                    .map(|b| Param::from_tensor(b.val().narrow(0, part * f, f))),
+                            };
+                            (
+                                Some(split(0)),
+                                split(1),
+                                self.linear(&at(down), bias, [d, f])?,
+                            )
+                        }
+                        MlpNames::Conv1D { up, down } => {
+                            // Conv1D keeps [in, out], Burn's own layout.
+                            let mut conv = |name: &str, shape: [usize; 2]| {
+                                let weight = self.tensor::<2>(&format!("{name}.weight"))?;
+                                let bias = self.tensor::<1>(&format!("{name}.bias"))?;
+                                linear_from_pytorch(name, weight.transpose(), Some(bias), shape)
+                            };
+                            (None, conv(&at(up), [f, d])?, conv(&at(down), [d, f])?)
+                        }
+                        MlpNames::Experts { .. } => unreachable!("matched above"),
+                    };
+                    FeedForward::Dense(mlp.try_init_with(gate, up, down)?)
+                }
+                _ => {
+                    return Err(ModelError::config(
+                        "model_type",
+                        model_type,
+                        "names a feed-forward block that does not match its configuration",
+                    ));
+                }
+            };
+            blocks.push(Block {
+                attention,
+                attention_norm,
+                feed_forward_norm,
+                post_attention_norm,
+                post_feed_forward_norm,
+                feed_forward,
+                layout: block.layout,
+            });
+        }
+        crate::transformer::share_rope_tables(&mut blocks);
+        let final_norm = match (&architecture.final_norm, names.final_norm) {
+            (Some(norm), Some(name)) => Some(self.norm(&self.rooted(name), norm)?),
+            _ => None,
+        };
+        let lm_head = match (architecture.head, names.lm_head) {
+            (OutputHead::Linear { bias }, Some(name)) => {
+                Some(self.linear(name, bias, [vocab, d])?)
+            }
+            (OutputHead::Linear { .. }, None) => {
+                return Err(ModelError::config(
+                    "tie_word_embeddings",
+                    false,
+                    format!("{model_type} has no separate LM head"),
+                ));
+            }
+            _ => None,
+        };
+        // BERT checkpoints hold a pooler when saved from `BertModel`; its absence is no error.
+        let pooler = match names.pooler {
+            Some(name)
+                if self
+                    .checkpoint
+                    .contains(&format!("{}.weight", self.rooted(name))) =>
+            {
+                Some(self.linear(&self.rooted(name), true, [d, d])?)
+            }
+            _ => None,
+        };
+        architecture.pooler = pooler.is_some();
+
+        // What the checkpoint holds that the model did not read: computed buffers, copies of
+        // tied weights, or an error.
+        let tied_copy = match architecture.head {
+            OutputHead::Tied => names.lm_head.map(|name| format!("{name}.weight")),
+            _ => None,
+        };
+        let mut ignored = names.ignored.clone();
+        ignored.extend(tied_copy.as_deref());
+        let unread = self.checkpoint.unread(&[String::new()], &ignored);
+        if !unread.is_empty() {
+            return Err(ModelError::input(
+                "checkpoint",
+                unread,
+                format!(
+                    "holds tensors the {model_type} model does not use (another head, or a \
+                     configuration that does not match the weights)",
+                ),
+            ));
+        }
+        Ok(Transformer {
+            embedding,
+            positions,
+            token_types,
+            embedding_norm,
+            blocks,
+            final_norm,
+            lm_head,
+            pooler,
+            config: architecture,
+        })
+    }
+}
+
+/// Loads the attention layer whose tensors `names` gives under `prefix` (`model.layers.3.`) into
+/// a module built from `config`: for checkpoints whose names no family has. Every tensor under
+/// the names' scopes must be read, except those ending in one of `ignored` (computed buffers).
+pub fn load_layer_with(
+    names: &AttentionNames,
+    prefix: &str,
+    ignored: &[&str],
+    config: MultiHeadAttentionConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<MultiHeadAttention, ModelError> {
+    let at = |name: &str| format!("{prefix}{name}");
+    let head_dim = config.head_dim();
+    let (n_heads, kv_heads) = (config.n_heads, config.kv_heads());
+    let (q_width, kv_width) = (n_heads * head_dim, kv_heads * head_dim);
+    let mut linear = |name: &str, bias: bool| -> Result<LinearWeights, ModelError> {
+        let weight = checkpoint.tensor::<2>(&format!("{name}.weight"), device)?;
+        let bias = match bias {
+            true => Some(checkpoint.tensor::<1>(&format!("{name}.bias"), device)?),
+            false => None,
+        };
+        Ok(LinearWeights { weight, bias })
+    };
+    let (query, key, value, output) = match &names.projections {
+        ProjectionLayout::Separate {
+            query,
+            key,
+            value,
+            output,
+        } => (
+            linear(&at(query), config.query_bias)?,
+            linear(&at(key), config.key_bias)?,
+            linear(&at(value), config.value_bias)?,
+            linear(&at(output), config.output_bias)?,
+        ),
+        ProjectionLayout::Fused { qkv, order, output } => {
+            if !(config.query_bias == config.key_bias && config.key_bias == config.value_bias) {
+                return Err(ModelError::config(
+                    "query_bias",
+                    config.query_bias,
+                    "must equal key_bias and value_bias for a fused projection",
+                ));
+            }
+            let fused = linear(&at(qkv), config.query_bias)?;
+            let [q, k, v] = split_fused(
+                fused,
+                *order,
+                [q_width, kv_width, kv_width],
+                head_dim,
+                &at(qkv),
+            )?;
+            (q, k, v, linear(&at(output), config.output_bias)?)
+        }
+        ProjectionLayout::Conv1D { qkv, output } => {
+            // Conv1D stores [in, out]: the transpose is nn.Linear's layout.
+            let conv = |weights: LinearWeights| LinearWeights {
+                weight: weights.weight.transpose(),
+                bias: weights.bias,
+            };
+            let fused = conv(linear(&at(qkv), config.query_bias)?);
+            let [q, k, v] = split_fused(
+                fused,
+                FusedOrder::Concatenated,
+                [q_width, kv_width, kv_width],
+                head_dim,
+                &at(qkv),
+            )?;
+            (q, k, v, conv(linear(&at(output), config.output_bias)?))
+        }
+    };
+    let mut attention = config
+        .try_init(device)?
+        .try_with_pytorch_weights(query, key, value, output)?;
+    if let Some((query_norm, key_norm)) = &names.qk_norm
+        && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
+    {
+        q.weight = head_weight(checkpoint, &at(query_norm), head_dim, device)?;
+        k.weight = head_weight(checkpoint, &at(key_norm), head_dim, device)?;
+    }
+    if let (Some(name), Some(sinks)) = (&names.sinks, &mut attention.sinks) {
+        *sinks = head_weight(checkpoint, &at(name), n_heads, device)?;
+    }
+    if let (Some(name), Some(relative)) = (&names.relative_bias, &attention.relative) {
+        let table = checkpoint.tensor::<2>(&at(name), device)?;
+        attention.relative = Some(relative.config().try_init_with_weight(table)?);
+    }
+    let scopes: Vec<String> = names.scopes.iter().map(|scope| at(scope)).collect();
+    let unread = checkpoint.unread(&scopes, ignored);
+    if !unread.is_empty() {
+        return Err(ModelError::input(
+            "checkpoint",
+            unread,
+            "holds tensors of this attention layer that its configuration does not use",
+        ));
+    }
+    Ok(attention)
+}
+
+/// A `[len]` weight (QK-norm, sinks) read and checked.
+fn head_weight(
+    checkpoint: &mut Checkpoint,
+    name: &str,
+    len: usize,
+    device: &Device,
+) -> Result<burn::module::Param<Tensor<1>>, ModelError> {
+    let weight = checkpoint.tensor::<1>(name, device)?;
+    if weight.dims() != [len] {
+        return Err(ModelError::input(
+            "checkpoint",
+            name,
+            format!("has shape {:?}; expected [{len}]", weight.dims()),
+        ));
+    }
+    Ok(burn::module::Param::from_tensor(weight))
+}
+
+/// Splits a fused projection (`[q + k + v, in]` in `nn.Linear` layout) into its three.
+fn split_fused(
+    fused: LinearWeights,
+    order: FusedOrder,
+    widths: [usize; 3],
+    head_dim: usize,
+    name: &str,
+) -> Result<[LinearWeights; 3], ModelError> {
+    let [rows, d_input] = fused.weight.dims();
+    let total: usize = widths.iter().sum();
+    if rows != total {
+        return Err(ModelError::input(
+            "checkpoint",
+            name,
+            format!("has {rows} output features; the config gives q + k + v = {total}"),
+        ));
+    }
+    let split_rows = |weight: Tensor<2>, bias: Option<Tensor<1>>| -> [LinearWeights; 3] {
+        match order {
+            FusedOrder::Concatenated => {
+                let mut start = 0;
+                widths.map(|width| {
+                    let part = LinearWeights {
+                        weight: weight.clone().narrow(0, start, width),
+                        bias: bias.clone().map(|b| b.narrow(0, start, width)),
+                    };
+                    start += width;
+                    part
+                })
+            }
+            // `[heads, 3, head_dim, in]`: GPT-NeoX and BLOOM view the output per head.
+            FusedOrder::PerHead => {
+                let heads = widths[0] / head_dim;
+                let weight = weight.reshape([heads, 3, head_dim, d_input]);
+                let bias = bias.map(|b| b.reshape([heads, 3, head_dim]));
+                [0, 1, 2].map(|part| LinearWeights {
+                    weight: weight
+                        .clone()
+                        .narrow(1, part, 1)
+                        .reshape([heads * head_dim, d_input]),
+                    bias: bias
+                        .clone()
+                        .map(|b| b.narrow(1, part, 1).reshape([heads * head_dim])),
+                })
+            }
+        }
+    };
+    if order == FusedOrder::PerHead && !(widths[0] == widths[1] && widths[1] == widths[2]) {
+        return Err(ModelError::input(
+            "checkpoint",
+            name,
+            "a per-head fused projection needs as many key/value heads as query heads",
+        ));
+    }
+    Ok(split_rows(fused.weight, fused.bias))
+}
