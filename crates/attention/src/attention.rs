@@ -122,6 +122,11 @@ pub struct AttentionInputs {
     /// where `k_len` counts every key the call attends to (the cache's and the new ones): T5's
     /// relative bias, computed by its first layer and shared by the others.
     pub bias: Option<Tensor<4>>,
+    /// ALiBi's bias `[batch or 1, n_heads, seq, k_len]` at `positions`, computed once by a model
+    /// for every layer with the same slopes and keys (one host read of the positions' spread
+    /// per forward, not one per layer). It must be what this layer's ALiBi gives for these
+    /// queries and keys: attention adds it in place of its own. A layer without ALiBi ignores it.
+    pub alibi_bias: Option<Tensor<4>>,
 }
 
 impl AttentionInputs {
@@ -151,6 +156,13 @@ impl AttentionInputs {
     /// With a bias `[batch or 1, n_heads, seq, k_len]` added to the scores.
     pub fn with_bias(mut self, bias: Tensor<4>) -> Self {
         self.bias = Some(bias);
+        self
+    }
+
+    /// With ALiBi's bias `[batch or 1, n_heads, seq, k_len]` at these positions, computed once for
+    /// the layers that share it.
+    pub fn with_alibi_bias(mut self, bias: Tensor<4>) -> Self {
+        self.alibi_bias = Some(bias);
         self
     }
 }
@@ -239,6 +251,7 @@ impl MultiHeadAttention {
             positions,
             rotary_angles,
             bias,
+            alibi_bias,
         } = inputs;
         let [batch, seq, d_model] = x.dims();
         if d_model != self.config.d_model {
@@ -273,14 +286,20 @@ impl MultiHeadAttention {
                 format!("must be the weights' float type ({weights:?})"),
             ));
         }
-        if let Some(bias) = &bias
-            && bias.dtype() != weights
-        {
-            return Err(AttentionError::input(
-                "bias.dtype()",
-                bias.dtype(),
-                format!("must be the weights' float type ({weights:?})"),
-            ));
+        let biases = [
+            (("bias.dtype()", "bias.dims()"), &bias),
+            (("alibi_bias.dtype()", "alibi_bias.dims()"), &alibi_bias),
+        ];
+        for ((dtype_name, _), bias) in biases {
+            if let Some(bias) = bias
+                && bias.dtype() != weights
+            {
+                return Err(AttentionError::input(
+                    dtype_name,
+                    bias.dtype(),
+                    format!("must be the weights' float type ({weights:?})"),
+                ));
+            }
         }
         if let Some(mask) = &padding_mask
             && mask.dims() != [batch, seq]
@@ -314,13 +333,14 @@ impl MultiHeadAttention {
 
         // Checked before the cache changes: the keys are the kept ones and the new ones.
         let k_len = cache.as_ref().map_or(0, |cache| cache.kept()) + seq;
-        if let Some(bias) = &bias {
+        for ((_, dims_name), bias) in biases {
+            let Some(bias) = bias else { continue };
             let [bias_batch, bias_heads, bias_q, bias_k] = bias.dims();
             if !(bias_batch == batch || bias_batch == 1)
                 || [bias_heads, bias_q, bias_k] != [heads, seq, k_len]
             {
                 return Err(AttentionError::input(
-                    "bias.dims()",
+                    dims_name,
                     bias.dims(),
                     format!(
                         "must be [batch or 1, n_heads, seq, k_len] = [{batch}, {heads}, {seq}, \
@@ -345,7 +365,8 @@ impl MultiHeadAttention {
             )?,
             None => CachedKeys::whole(k, v, padding_mask, positions.clone()),
         };
-        let context = self.attention(q, keys, positions, bias, past)?;
+        let alibi_bias = alibi_bias.filter(|_| self.alibi.is_some());
+        let context = self.attention(q, keys, positions, bias, alibi_bias, past)?;
         let context = context
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
@@ -361,6 +382,7 @@ impl MultiHeadAttention {
         keys: CachedKeys,
         query_positions: Option<Tensor<2, Int>>,
         bias: Option<Tensor<4>>,
+        alibi_bias: Option<Tensor<4>>,
         past: usize,
     ) -> Result<Tensor<4>, AttentionError> {
         let groups = self.config.n_heads / self.config.kv_heads();
@@ -439,7 +461,10 @@ impl MultiHeadAttention {
             })
         };
         if let Some(alibi) = &self.alibi {
-            add(alibi.try_bias(query_positions(), q_len, key_positions(), k_len)?);
+            add(match alibi_bias {
+                Some(shared) => shared,
+                None => alibi.try_bias(query_positions(), q_len, key_positions(), k_len)?,
+            });
         }
         if let Some(relative) = &self.relative {
             add(if explicit_positions {

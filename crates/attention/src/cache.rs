@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::unallocatable;
 
 use crate::error::AttentionError;
@@ -201,6 +201,41 @@ impl KvCache {
             .map(|s| s.clone().narrow(2, self.start, self.kept))
     }
 
+    /// The positions of the keys that a call appending `new` tokens at `positions` (`None`: at
+    /// their token indices) attends to, `[batch, kept + new]`: the kept keys', then the new
+    /// ones'. `None` while no call, this one included, gave positions: every key sits at its
+    /// token index.
+    pub fn key_positions(
+        &self,
+        positions: Option<Tensor<2, Int>>,
+        batch: usize,
+        new: usize,
+        device: &Device,
+    ) -> Option<Tensor<2, Int>> {
+        if self.positions.is_none() && positions.is_none() {
+            return None;
+        }
+        // Calls without positions count token indices.
+        let indices = |start: usize, len: usize| {
+            Tensor::<1, Int>::arange(start as i64..(start + len) as i64, device)
+                .reshape([1, len])
+                .repeat_dim(0, batch)
+        };
+        let new_positions = positions.unwrap_or_else(|| indices(self.len(), new));
+        Some(match self.kept {
+            0 => new_positions,
+            kept => Tensor::cat(
+                vec![
+                    self.positions
+                        .clone()
+                        .unwrap_or_else(|| indices(self.dropped, kept)),
+                    new_positions,
+                ],
+                1,
+            ),
+        })
+    }
+
     /// Appends new keys, values, key padding and positions; returns everything kept, new tokens
     /// included. With a `window`, keys that no later query can see are then dropped.
     pub(crate) fn append(
@@ -277,28 +312,7 @@ impl KvCache {
                 })
             }
         };
-        self.positions = match (self.positions.take(), positions) {
-            (None, None) => None,
-            (old, new_positions) => {
-                // Calls without positions count token indices.
-                let indices = |start: usize, len: usize| {
-                    Tensor::<1, Int>::arange(start as i64..(start + len) as i64, &device)
-                        .reshape([1, len])
-                        .repeat_dim(0, batch)
-                };
-                let new_positions = new_positions.unwrap_or_else(|| indices(past, new));
-                Some(match kept {
-                    0 => new_positions,
-                    _ => Tensor::cat(
-                        vec![
-                            old.unwrap_or_else(|| indices(self.dropped, kept)),
-                            new_positions,
-                        ],
-                        1,
-                    ),
-                })
-            }
-        };
+        self.positions = self.key_positions(positions, batch, new, &device);
 
         if new_storage {
             let capacity = 2 * held;

@@ -7,7 +7,7 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::{
-    LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RotaryAngles,
+    Alibi, LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RotaryAngles,
     RotaryEncoding, SinusoidalEncoding, SinusoidalEncodingConfig, device_ints, unallocatable,
 };
 
@@ -588,10 +588,14 @@ impl Transformer {
         // table has already added them.
         let attention_positions = positions.filter(|_| self.positions.is_none());
         let rotary = self.rotary_angles(attention_positions.as_ref(), past, seq)?;
+        let alibi = self.alibi_biases(attention_positions.as_ref(), caches.as_deref(), seq)?;
         for (i, block) in self.blocks.iter().enumerate() {
             let mut attention_inputs = AttentionInputs::new();
             if let Some(angles) = &rotary[i] {
                 attention_inputs = attention_inputs.with_rotary_angles(angles.clone());
+            }
+            if let Some(bias) = &alibi[i] {
+                attention_inputs = attention_inputs.with_alibi_bias(bias.clone());
             }
             if let Some(mask) = &padding_mask {
                 attention_inputs = attention_inputs.with_padding_mask(mask.clone());
@@ -624,7 +628,8 @@ impl Transformer {
 
 impl Transformer {
     /// RoPE's angles for this call, per layer: computed once per distinct RoPE setting (one per
-    /// layer type), so the positions are read and the tables looked up once, not per layer.
+    /// layer type), so the tables are looked up once per setting, not per layer, and per-token
+    /// positions are read back once for all settings.
     fn rotary_angles(
         &self,
         positions: Option<&Tensor<2, Int>>,
@@ -633,6 +638,8 @@ impl Transformer {
     ) -> Result<Vec<Option<RotaryAngles>>, ModelError> {
         let mut computed: Vec<(&RotaryEncoding, RotaryAngles)> = Vec::new();
         let mut per_layer = Vec::with_capacity(self.blocks.len());
+        // Per-token positions are read back once, for every setting.
+        let mut read: Option<Vec<i64>> = None;
         for block in &self.blocks {
             let Some(rope) = &block.attention.rope else {
                 per_layer.push(None);
@@ -645,7 +652,13 @@ impl Transformer {
                 Some((_, angles)) => angles.clone(),
                 None => {
                     let angles = match positions {
-                        Some(ids) => rope.try_angles(ids.clone(), seq)?,
+                        Some(ids) => {
+                            let host = match &mut read {
+                                Some(host) => host,
+                                None => read.insert(positional::rope::read_positions(ids)?),
+                            };
+                            rope.try_angles_read(ids.clone(), host)?
+                        }
                         None => rope.try_angles(past, seq)?,
                     };
                     computed.push((rope, angles.clone()));
@@ -653,6 +666,60 @@ impl Transformer {
                 }
             };
             per_layer.push(Some(angles));
+        }
+        Ok(per_layer)
+    }
+}
+
+impl Transformer {
+    /// ALiBi's bias for this call at explicit positions, per layer: computed once per distinct
+    /// ALiBi setting and shared by the layers that hold the same keys, so the positions' spread
+    /// is read back once per forward, not per layer. A layer with a window holds fewer keys and
+    /// computes its own; at token indices (no positions) every layer's fused kernel computes the
+    /// bias itself, with no read.
+    fn alibi_biases(
+        &self,
+        positions: Option<&Tensor<2, Int>>,
+        caches: Option<&[KvCache]>,
+        seq: usize,
+    ) -> Result<Vec<Option<Tensor<4>>>, ModelError> {
+        let mut computed: Vec<(&Alibi, Tensor<4>)> = Vec::new();
+        let mut per_layer = Vec::with_capacity(self.blocks.len());
+        for (i, block) in self.blocks.iter().enumerate() {
+            let attention = &block.attention;
+            let (Some(positions), Some(alibi), None) = (
+                positions,
+                &attention.alibi,
+                attention.config().sliding_window,
+            ) else {
+                per_layer.push(None);
+                continue;
+            };
+            let known = computed
+                .iter()
+                .find(|(other, _)| other.config() == alibi.config());
+            let bias = match known {
+                Some((_, bias)) => bias.clone(),
+                None => {
+                    // The keys: the cache's kept ones, then these.
+                    let [batch, _] = positions.dims();
+                    let keys = caches
+                        .and_then(|caches| {
+                            caches[i].key_positions(
+                                Some(positions.clone()),
+                                batch,
+                                seq,
+                                &positions.device(),
+                            )
+                        })
+                        .unwrap_or_else(|| positions.clone());
+                    let k_len = keys.dims()[1];
+                    let bias = alibi.try_bias(positions.clone(), seq, keys, k_len)?;
+                    computed.push((alibi, bias.clone()));
+                    bias
+                }
+            };
+            per_layer.push(Some(bias));
         }
         Ok(per_layer)
     }
@@ -871,4 +938,71 @@ mod tests {
         assert_eq!([rope(0), rope(1), rope(3)], [1e4, 1e6, 1e4]);
     }
     for_each_backend!(shared_rotary_angles_equal_each_layer_s_own);
+
+    /// The ALiBi bias a model computes once per setting at explicit positions gives what each
+    /// layer computes for itself: two settings (two `max_bias`) and a windowed layer, which
+    /// computes its own, over a whole pass and through the cache.
+    fn shared_alibi_bias_equals_each_layer_s_own(device: &Device) {
+        let d = 8;
+        let block = |(max_bias, window): (f64, Option<usize>)| {
+            BlockConfig::new(
+                MultiHeadAttentionConfig::new(d, 2)
+                    .with_causal(true)
+                    .with_sliding_window(window)
+                    .with_positional(PositionalScheme::Alibi { max_bias }),
+                crate::block::BlockLayout::PreNorm,
+                NormConfig::new(d, NormKind::Rms, 1e-6),
+                FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
+            )
+        };
+        let layers = [(8.0, None), (4.0, None), (8.0, Some(3)), (8.0, None)];
+        let model = TransformerConfig::new(12, d, layers.map(block).to_vec())
+            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
+            .init(device);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
+        let positions =
+            Tensor::<2, Int>::from_data([[0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 9, 4]], device);
+        // Each layer on its own, positions handed to it, through its own cache when given one.
+        let layer_by_layer = |range: std::ops::Range<usize>, caches: Option<&mut [KvCache]>| {
+            let len = range.len();
+            let mut x = model
+                .embedding
+                .forward(ids.clone().narrow(1, range.start, len));
+            let mut caches = caches;
+            for (i, block) in model.blocks.iter().enumerate() {
+                let inputs = AttentionInputs::new().with_positions(positions.clone().narrow(
+                    1,
+                    range.start,
+                    len,
+                ));
+                let cache = caches.as_deref_mut().map(|caches| &mut caches[i]);
+                x = block.try_forward(x, inputs, cache).unwrap();
+            }
+            let x = model.final_norm.as_ref().unwrap().forward(x);
+            floats(&model.lm_head.as_ref().unwrap().forward(x).into_data())
+        };
+        let shared = model.forward(
+            ids.clone(),
+            ModelInputs::new().with_positions(positions.clone()),
+        );
+        assert_close(&shared.into_data(), &layer_by_layer(0..6, None), 1e-5);
+
+        let (mut shared_caches, mut own_caches) = (model.new_caches(), model.new_caches());
+        for range in [0..4, 4..5, 5..6] {
+            let shared = model
+                .try_forward_cached(
+                    ids.clone().narrow(1, range.start, range.len()),
+                    ModelInputs::new().with_positions(positions.clone().narrow(
+                        1,
+                        range.start,
+                        range.len(),
+                    )),
+                    &mut shared_caches,
+                )
+                .unwrap();
+            let want = layer_by_layer(range, Some(&mut own_caches));
+            assert_close(&shared.into_data(), &want, 1e-5);
+        }
+    }
+    for_each_backend!(shared_alibi_bias_equals_each_layer_s_own);
 }

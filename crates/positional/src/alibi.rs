@@ -17,7 +17,7 @@ use crate::positions::Positions;
 const MAX_DISTANCE: usize = 1 << 24;
 
 /// Configuration of [`Alibi`].
-#[derive(Config, Debug)]
+#[derive(Config, Debug, PartialEq)]
 pub struct AlibiConfig {
     /// Number of attention heads; each gets its own slope.
     pub n_heads: usize,

@@ -303,41 +303,46 @@ impl RotaryEncoding {
     }
 
     fn angles_at(&self, positions: Tensor<2, Int>) -> Result<RotaryAngles, PositionalError> {
-        let dims = positions.dims();
-        let [rows, seq] = dims;
-        if rows.checked_mul(seq) == Some(0) {
+        let positions = crate::ints::device_ints("positions", positions)?;
+        let host = read_positions(&positions)?;
+        self.angles_at_read(positions, &host)
+    }
+
+    /// [`try_angles`](Self::try_angles) at per-token `positions` `[rows, seq]` whose values
+    /// [`read_positions`] has already read back: a model with several RoPE settings reads its
+    /// positions once for all of them.
+    #[doc(hidden)]
+    pub fn try_angles_read(
+        &self,
+        positions: Tensor<2, Int>,
+        host: &[i64],
+    ) -> Result<RotaryAngles, PositionalError> {
+        if host.len() != positions.dims().iter().product::<usize>() {
+            return Err(PositionalError::input(
+                "host",
+                host.len(),
+                format!("must hold the {:?} positions", positions.dims()),
+            ));
+        }
+        self.angles_at_read(positions, host)
+    }
+
+    fn angles_at_read(
+        &self,
+        positions: Tensor<2, Int>,
+        host: &[i64],
+    ) -> Result<RotaryAngles, PositionalError> {
+        let [rows, seq] = positions.dims();
+        let Some(&max) = host.iter().max() else {
             return Err(PositionalError::input(
                 "positions.dims()",
-                dims,
+                [rows, seq],
                 "must not be empty",
             ));
-        }
-        let positions = crate::ints::device_ints("positions", positions)?;
-        let host: Vec<i64> = positions
-            .to_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .map_err(|e| {
-                PositionalError::input("positions", format!("{e:?}"), "must be readable as i64")
-            })?;
-        if let Some(negative) = host.iter().find(|p| **p < 0) {
-            return Err(PositionalError::input(
-                "positions",
-                negative,
-                "must be non-negative",
-            ));
-        }
-        let max = *host.iter().max().expect("positions are not empty");
-        if max as u64 > crate::error::MAX_POSITION {
-            return Err(PositionalError::input(
-                "positions",
-                max,
-                "must be at most 2^53: positions are computed exactly in f64 up to there",
-            ));
-        }
+        };
         if (max as usize) >= self.cached_positions() {
             self.check_host_tables("positions.dims()", seq, rows)?;
-            let (cos, sin) = self.host_tables(&host, [rows, seq])?;
+            let (cos, sin) = self.host_tables(host, [rows, seq])?;
             return Ok(self.angles(cos, sin, 0, seq));
         }
         let index = positions
@@ -605,6 +610,44 @@ fn angle_tables(
         }
     }
     (cos, sin)
+}
+
+/// Per-token positions `[rows, seq]` in the device's integer type, read back to the host (one
+/// read) and checked: none negative, none past 2^53 (positions are computed exactly in f64 up to
+/// there).
+#[doc(hidden)]
+pub fn read_positions(positions: &Tensor<2, Int>) -> Result<Vec<i64>, PositionalError> {
+    let dims = positions.dims();
+    if dims[0].checked_mul(dims[1]) == Some(0) {
+        return Err(PositionalError::input(
+            "positions.dims()",
+            dims,
+            "must not be empty",
+        ));
+    }
+    let host: Vec<i64> = positions
+        .to_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .map_err(|e| {
+            PositionalError::input("positions", format!("{e:?}"), "must be readable as i64")
+        })?;
+    if let Some(negative) = host.iter().find(|p| **p < 0) {
+        return Err(PositionalError::input(
+            "positions",
+            negative,
+            "must be non-negative",
+        ));
+    }
+    let max = *host.iter().max().expect("positions are not empty");
+    if max as u64 > crate::error::MAX_POSITION {
+        return Err(PositionalError::input(
+            "positions",
+            max,
+            "must be at most 2^53: positions are computed exactly in f64 up to there",
+        ));
+    }
+    Ok(host)
 }
 
 #[cfg(test)]
