@@ -6,7 +6,7 @@
 use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use serde::Deserialize;
 
-use super::{default, per_layer, refuse};
+use super::{default, either, per_layer, refuse};
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::huggingface::{AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames};
@@ -14,16 +14,17 @@ use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
-/// `BloomConfig`'s fields that change the computation, with its attribute map's aliases.
+/// `BloomConfig`'s fields that change the computation; each size also under its other name
+/// (`n_embed` for `hidden_size`), the first present winning.
 #[derive(Deserialize)]
 struct BloomConfig {
     vocab_size: usize,
-    #[serde(alias = "n_embed")]
-    hidden_size: usize,
-    #[serde(alias = "num_attention_heads")]
-    n_head: usize,
-    #[serde(alias = "num_hidden_layers")]
-    n_layer: usize,
+    hidden_size: Option<usize>,
+    n_embed: Option<usize>,
+    n_head: Option<usize>,
+    num_attention_heads: Option<usize>,
+    n_layer: Option<usize>,
+    num_hidden_layers: Option<usize>,
     #[serde(default = "default::eps_1e_5")]
     layer_norm_epsilon: f64,
     /// Must be false: residuals taken after the norm are not supported.
@@ -43,11 +44,13 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         false,
         "residuals taken after the norm are not supported",
     )?;
-    let d_model = config.hidden_size;
+    let d_model = either("hidden_size", config.hidden_size, config.n_embed)?;
+    let n_head = either("n_head", config.n_head, config.num_attention_heads)?;
+    let n_layer = either("n_layer", config.n_layer, config.num_hidden_layers)?;
     let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon);
     let mlp = MlpConfig::new(d_model, 4 * d_model, Activation::GeluTanh).with_bias(true);
-    let blocks = per_layer(config.n_layer, |_| {
-        let attention = MultiHeadAttentionConfig::new(d_model, config.n_head)
+    let blocks = per_layer(n_layer, |_| {
+        let attention = MultiHeadAttentionConfig::new(d_model, n_head)
             .with_biases(true)
             .with_dropout(config.attention_dropout)
             .with_causal(true)

@@ -5,7 +5,7 @@
 use attention::MultiHeadAttentionConfig;
 use serde::Deserialize;
 
-use super::{activation, default, per_layer, refuse};
+use super::{activation, default, either, per_layer, refuse};
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::huggingface::{
@@ -15,18 +15,19 @@ use crate::mlp::MlpConfig;
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
-/// `GPT2Config`'s fields that change the computation, with its attribute map's aliases.
+/// `GPT2Config`'s fields that change the computation; each size also under the name of its
+/// attribute map (`hidden_size` for `n_embd`), the first present winning.
 #[derive(Deserialize)]
 struct Gpt2Config {
     vocab_size: usize,
-    #[serde(alias = "hidden_size")]
-    n_embd: usize,
-    #[serde(alias = "num_attention_heads")]
-    n_head: usize,
-    #[serde(alias = "num_hidden_layers")]
-    n_layer: usize,
-    #[serde(alias = "max_position_embeddings")]
-    n_positions: usize,
+    n_embd: Option<usize>,
+    hidden_size: Option<usize>,
+    n_head: Option<usize>,
+    num_attention_heads: Option<usize>,
+    n_layer: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    n_positions: Option<usize>,
+    max_position_embeddings: Option<usize>,
     /// `4 * n_embd` when absent.
     n_inner: Option<usize>,
     #[serde(default = "default::eps_1e_5")]
@@ -63,7 +64,14 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         false,
         "is not supported by this loader",
     )?;
-    let d_model = config.n_embd;
+    let d_model = either("n_embd", config.n_embd, config.hidden_size)?;
+    let n_head = either("n_head", config.n_head, config.num_attention_heads)?;
+    let n_layer = either("n_layer", config.n_layer, config.num_hidden_layers)?;
+    let n_positions = either(
+        "n_positions",
+        config.n_positions,
+        config.max_position_embeddings,
+    )?;
     let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon);
     let d_ff = config.n_inner.unwrap_or(4 * d_model);
     let mlp = MlpConfig::new(
@@ -72,8 +80,8 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         activation("activation_function", &config.activation_function)?,
     )
     .with_bias(true);
-    let head_dim = d_model / config.n_head.max(1);
-    let blocks = per_layer(config.n_layer, |layer| {
+    let head_dim = d_model / n_head.max(1);
+    let blocks = per_layer(n_layer, |layer| {
         let mut scale = match config.scale_attn_weights {
             true => (head_dim as f64).sqrt().recip(),
             false => 1.0,
@@ -81,7 +89,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         if config.scale_attn_by_inverse_layer_idx {
             scale /= (layer + 1) as f64;
         }
-        let attention = MultiHeadAttentionConfig::new(d_model, config.n_head)
+        let attention = MultiHeadAttentionConfig::new(d_model, n_head)
             .with_biases(true)
             .with_scale(Some(scale))
             .with_dropout(config.attn_pdrop)
@@ -96,7 +104,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::logits(config.tie_word_embeddings))
         .with_absolute_positions(Some(AbsolutePositionsConfig::Learned {
-            max_len: config.n_positions,
+            max_len: n_positions,
         }))
         .with_final_norm(Some(norm))
         .with_positions(PositionIds::FromMask))

@@ -127,6 +127,14 @@ pub(crate) fn per_layer<T>(
     Ok(values)
 }
 
+/// A required value that a family spells two ways (`n_embd` or `hidden_size`): the first
+/// present. Two optional fields rather than a serde alias, which refuses a file holding both.
+fn either<T>(field: &'static str, first: Option<T>, second: Option<T>) -> Result<T, ModelError> {
+    first
+        .or(second)
+        .ok_or_else(|| ModelError::config(field, serde_json::Value::Null, "is required"))
+}
+
 /// An activation named by `field`.
 fn activation(field: &str, name: &str) -> Result<Activation, ModelError> {
     Activation::from_huggingface(field, name)

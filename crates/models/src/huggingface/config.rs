@@ -73,15 +73,27 @@ impl HuggingFaceConfig {
         parse_value(&self.json, "")
     }
 
-    /// Number of layers (`num_hidden_layers`, or GPT-2's `n_layer`, T5's `num_layers`), read
-    /// before anything is built for them.
+    /// Number of layers (`num_hidden_layers`, or GPT-2's `n_layer`, MPT's `n_layers`, T5's
+    /// `num_layers`: the first present), read before anything is built for them.
     pub fn num_layers(&self) -> Result<usize, ModelError> {
         #[derive(serde::Deserialize)]
         struct Layers {
-            #[serde(alias = "n_layer", alias = "n_layers", alias = "num_layers")]
-            num_hidden_layers: usize,
+            num_hidden_layers: Option<usize>,
+            n_layer: Option<usize>,
+            n_layers: Option<usize>,
+            num_layers: Option<usize>,
         }
-        Ok(self.parse::<Layers>()?.num_hidden_layers)
+        let layers: Layers = self.parse()?;
+        [
+            layers.num_hidden_layers,
+            layers.n_layer,
+            layers.n_layers,
+            layers.num_layers,
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        .ok_or_else(|| ModelError::config("num_hidden_layers", Value::Null, "is required"))
     }
 }
 

@@ -502,8 +502,9 @@ mod tests {
 
     fn gpt2_position_table_loads(device: &Device) {
         let dir = scratch("gpt2-wpe");
-        let config = r#"{"model_type": "gpt2", "n_embd": 4, "n_head": 2, "n_layer": 1, "n_positions": 3,
-            "vocab_size": 4}"#;
+        // Sizes under both of GPT-2's names, as some converted files hold them: the first wins.
+        let config = r#"{"model_type": "gpt2", "n_embd": 4, "n_head": 2, "n_layer": 1,
+            "n_positions": 3, "vocab_size": 4, "hidden_size": 4, "num_hidden_layers": 1}"#;
         std::fs::write(dir.join("config.json"), config).unwrap();
         // A bare GPT2Model checkpoint: no `transformer.` before its names.
         let table = values(12, 1);
