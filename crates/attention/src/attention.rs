@@ -409,6 +409,7 @@ impl MultiHeadAttention {
             && decode_attention::available(&q);
         if decode_pass {
             let visible = self.config.sliding_window.map_or(k_len, |w| w.min(k_len));
+            crate::paths::record(|counts| &mut counts.decode);
             return Ok(decode_attention::decode_attention(
                 q,
                 keys.keys,
@@ -438,6 +439,7 @@ impl MultiHeadAttention {
             && !window_hides;
         if fused_options {
             let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
+            crate::paths::record(|counts| &mut counts.fused);
             return self.unbiased_attention(q, k, v, key_padding, past);
         }
 
@@ -475,6 +477,7 @@ impl MultiHeadAttention {
             });
         }
         let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &device);
+        crate::paths::record(|counts| &mut counts.explicit);
         self.explicit(q, k, v, total_bias, mask)
     }
 

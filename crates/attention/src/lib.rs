@@ -39,11 +39,14 @@ mod cache;
 mod config;
 pub mod error;
 mod kernels;
+mod paths;
 
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
 pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 pub use error::AttentionError;
+#[doc(hidden)]
+pub use paths::{PathCounts, take_path_counts};
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -161,12 +161,20 @@ impl Transformer {
             padding.extend((0..longest).map(|j| j < pad));
             positions.extend((0..longest).map(|j| j.saturating_sub(pad) as i64));
         }
-        let explicit_positions = self.config.positions == PositionIds::FromMask;
+        // Without padding the positions are the token indices, and neither a mask nor positions
+        // is passed: attention takes its index paths (the fused decoding pass among them), which
+        // read nothing back. With padding, the mask is given once, with the prompts; the caches
+        // keep it for every later step.
+        let padded = pads.iter().any(|&pad| pad > 0);
+        let explicit_positions = padded && self.config.positions == PositionIds::FromMask;
         let mut caches = self.new_caches();
-        let mut inputs = ModelInputs::new().with_padding_mask(Tensor::<2, Bool>::from_data(
-            TensorData::new(padding, [batch, longest]),
-            &device,
-        ));
+        let mut inputs = ModelInputs::new();
+        if padded {
+            inputs = inputs.with_padding_mask(Tensor::<2, Bool>::from_data(
+                TensorData::new(padding, [batch, longest]),
+                &device,
+            ));
+        }
         if explicit_positions {
             inputs = inputs.with_positions(positional::try_ints(
                 "positions",
@@ -176,7 +184,7 @@ impl Transformer {
             )?);
         }
         let ids = positional::try_ints("prompts", ids, [batch, longest], &device)?;
-        let mut logits = self.try_forward_cached_checked_ids(ids, inputs, &mut caches)?;
+        let mut logits = self.try_generation_step(ids, inputs, &mut caches)?;
 
         let mut sampler = Sampler::new(config.seed);
         let mut output: Vec<Vec<u32>> = vec![Vec::new(); batch];
@@ -216,10 +224,7 @@ impl Transformer {
                 .iter()
                 .map(|t| t.unwrap_or(config.pad_token) as i64)
                 .collect();
-            let mut inputs = ModelInputs::new().with_padding_mask(Tensor::<2, Bool>::from_data(
-                TensorData::new(vec![false; batch], [batch, 1]),
-                &device,
-            ));
+            let mut inputs = ModelInputs::new();
             if explicit_positions {
                 let next_positions: Vec<i64> =
                     prompts.iter().map(|p| (p.len() + step) as i64).collect();
@@ -231,13 +236,14 @@ impl Transformer {
                 )?);
             }
             let ids = positional::try_ints("tokens", next, [batch, 1], &device)?;
-            logits = self.try_forward_cached_checked_ids(ids, inputs, &mut caches)?;
+            logits = self.try_generation_step(ids, inputs, &mut caches)?;
         }
         Ok(output)
     }
 }
 
-/// The last position's logits of each row, on the host.
+/// The last position's logits of each row (`[batch, 1, vocab]` from `try_generation_step`), on
+/// the host.
 fn last_rows(logits: Tensor<3>) -> Result<Vec<Vec<f32>>, ModelError> {
     let [batch, seq, vocab] = logits.dims();
     let values = logits
@@ -331,6 +337,54 @@ fn argmax(scores: &[f64]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use attention::{MultiHeadAttentionConfig, PositionalScheme, take_path_counts};
+    use burn::tensor::Device;
+    use positional::testing::for_each_backend;
+
+    use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+    use crate::mlp::{Activation, MlpConfig};
+    use crate::norm::{NormConfig, NormKind};
+    use crate::transformer::TransformerConfig;
+
+    /// Which attention path generation takes: without padding, every decoding step of every
+    /// layer is one fused pass over the cache (no mask is passed); with a padded row the steps
+    /// mask the padding, and the prompt's tokens go through the masked path too. The tokens of
+    /// the unpadded row are the same either way.
+    fn generation_decodes_through_the_fused_pass_without_padding(device: &Device) {
+        let d = 8;
+        let block = BlockConfig::new(
+            MultiHeadAttentionConfig::new(d, 2)
+                .with_causal(true)
+                .with_positional(PositionalScheme::Rope(
+                    positional::RotaryEncodingConfig::new(4),
+                )),
+            BlockLayout::PreNorm,
+            NormConfig::new(d, NormKind::Rms, 1e-6),
+            FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
+        );
+        let layers = 2;
+        let model = TransformerConfig::new(12, d, vec![block; layers])
+            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
+            .init(device);
+        let config = GenerationConfig::new().with_max_new_tokens(5);
+        let prompt = vec![3, 1, 4, 1];
+        take_path_counts();
+        let alone = model
+            .try_generate(std::slice::from_ref(&prompt), &config)
+            .unwrap();
+        let counts = take_path_counts();
+        // The prompt: one call per layer; each of the 4 later tokens: one decoding pass per layer.
+        assert_eq!(
+            (counts.decode, counts.fused + counts.explicit),
+            (4 * layers, layers),
+            "{counts:?}"
+        );
+        let padded = model.try_generate(&[prompt, vec![5, 9]], &config).unwrap();
+        let counts = take_path_counts();
+        assert_eq!(counts.decode, 0, "{counts:?}");
+        assert_eq!(padded[0], alone[0]);
+    }
+    for_each_backend!(generation_decodes_through_the_fused_pass_without_padding);
 
     #[test]
     fn sampling_keeps_to_top_k_and_top_p() {

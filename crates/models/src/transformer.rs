@@ -366,6 +366,16 @@ enum IdsChecked {
     Yes,
 }
 
+/// Which positions a call returns logits (or hidden states) for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outputs {
+    /// Every position: every public entry point.
+    Every,
+    /// The last position only (`generate`, which samples from it): the final norm and the head,
+    /// `[vocab, d_model]` per position, run once per row instead of once per prompt token.
+    Last,
+}
+
 /// A whole transformer: a decoder returning logits or an encoder returning hidden states.
 #[derive(Module, Debug)]
 pub struct Transformer {
@@ -407,7 +417,7 @@ impl Transformer {
         ids: Tensor<2, Int>,
         inputs: ModelInputs,
     ) -> Result<Tensor<3>, ModelError> {
-        self.run(ids, inputs, None, IdsChecked::No)
+        self.run(ids, inputs, None, IdsChecked::No, Outputs::Every)
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -424,19 +434,20 @@ impl Transformer {
         inputs: ModelInputs,
         caches: &mut [KvCache],
     ) -> Result<Tensor<3>, ModelError> {
-        self.cached(ids, inputs, caches, IdsChecked::No)
+        self.cached(ids, inputs, caches, IdsChecked::No, Outputs::Every)
     }
 
-    /// [`try_forward_cached`](Self::try_forward_cached) of ids already checked against the
-    /// vocabulary on the host (`generate`'s prompts, and the tokens it samples): no reduction of
-    /// the ids is read back, so a decoding step reads nothing before its logits.
-    pub(crate) fn try_forward_cached_checked_ids(
+    /// `generate`'s call: [`try_forward_cached`](Self::try_forward_cached) of ids already
+    /// checked against the vocabulary on the host (its prompts, and the tokens it samples), so a
+    /// decoding step reads nothing back before its logits, returning the logits of the last
+    /// position only, `[batch, 1, vocab]`.
+    pub(crate) fn try_generation_step(
         &self,
         ids: Tensor<2, Int>,
         inputs: ModelInputs,
         caches: &mut [KvCache],
     ) -> Result<Tensor<3>, ModelError> {
-        self.cached(ids, inputs, caches, IdsChecked::Yes)
+        self.cached(ids, inputs, caches, IdsChecked::Yes, Outputs::Last)
     }
 
     fn cached(
@@ -445,6 +456,7 @@ impl Transformer {
         inputs: ModelInputs,
         caches: &mut [KvCache],
         checked: IdsChecked,
+        outputs: Outputs,
     ) -> Result<Tensor<3>, ModelError> {
         if caches.len() != self.blocks.len() {
             return Err(ModelError::input(
@@ -469,7 +481,7 @@ impl Transformer {
                 "an encoder with a shared relative bias (T5) attends to the whole input at once",
             ));
         }
-        self.run(ids, inputs, Some(caches), checked)
+        self.run(ids, inputs, Some(caches), checked, outputs)
     }
 
     /// BERT's pooled output `[batch, d_model]`, `tanh(dense(h[:, 0]))`, from the last hidden
@@ -492,6 +504,7 @@ impl Transformer {
         inputs: ModelInputs,
         mut caches: Option<&mut [KvCache]>,
         checked: IdsChecked,
+        outputs: Outputs,
     ) -> Result<Tensor<3>, ModelError> {
         let ids = device_ints("ids", ids)?;
         match checked {
@@ -610,6 +623,10 @@ impl Transformer {
             }
             let cache = caches.as_deref_mut().map(|caches| &mut caches[i]);
             x = block.try_forward(x, attention_inputs, cache)?;
+        }
+        if outputs == Outputs::Last {
+            // The final norm and the head act on each position alone.
+            x = x.narrow(1, seq - 1, 1);
         }
         if let Some(norm) = &self.final_norm {
             x = norm.forward(x);
@@ -1005,4 +1022,38 @@ mod tests {
         }
     }
     for_each_backend!(shared_alibi_bias_equals_each_layer_s_own);
+
+    /// `generate`'s call returns the last position's logits of what a cached forward returns
+    /// for every position, from a prompt and then a step.
+    fn generation_step_returns_the_last_position_s_logits(device: &Device) {
+        let d = 8;
+        let block = BlockConfig::new(
+            MultiHeadAttentionConfig::new(d, 2)
+                .with_causal(true)
+                .with_positional(PositionalScheme::Rope(
+                    positional::RotaryEncodingConfig::new(4),
+                )),
+            crate::block::BlockLayout::PreNorm,
+            NormConfig::new(d, NormKind::Rms, 1e-6),
+            FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
+        );
+        let model = TransformerConfig::new(12, d, vec![block.clone(), block])
+            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
+            .init(device);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
+        let (mut every, mut last) = (model.new_caches(), model.new_caches());
+        for range in [0..5, 5..6] {
+            let ids = ids.clone().narrow(1, range.start, range.len());
+            let want = model
+                .try_forward_cached(ids.clone(), ModelInputs::new(), &mut every)
+                .unwrap()
+                .narrow(1, range.len() - 1, 1);
+            let got = model
+                .try_generation_step(ids, ModelInputs::new(), &mut last)
+                .unwrap();
+            assert_eq!(got.dims(), [2, 1, 12]);
+            assert_close(&got.into_data(), &floats(&want.into_data()), 1e-6);
+        }
+    }
+    for_each_backend!(generation_step_returns_the_last_position_s_logits);
 }

@@ -1,0 +1,36 @@
+//! Which path each attention call takes, counted per thread: what tests read to check that a
+//! caller reaches the path it should (a decoding step without padding takes the fused decoding
+//! pass, not the masked one).
+
+use std::cell::Cell;
+
+/// How many attention calls took each path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathCounts {
+    /// One query over the cache in one pass (`decode_attention`).
+    pub decode: usize,
+    /// A fused kernel (Burn's attention or the ALiBi kernel): no bias but ALiBi at token indices.
+    pub fused: usize,
+    /// Every score, bias and mask spelled out.
+    pub explicit: usize,
+}
+
+thread_local! {
+    static COUNTS: Cell<PathCounts> = Cell::new(PathCounts::default());
+}
+
+/// Counts one call.
+pub(crate) fn record(path: fn(&mut PathCounts) -> &mut usize) {
+    COUNTS.with(|counts| {
+        let mut now = counts.get();
+        *path(&mut now) += 1;
+        counts.set(now);
+    });
+}
+
+/// The calls this thread made since the last call of this function, which starts the count
+/// again.
+#[doc(hidden)]
+pub fn take_path_counts() -> PathCounts {
+    COUNTS.with(Cell::take)
+}
