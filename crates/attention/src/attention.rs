@@ -365,7 +365,6 @@ impl MultiHeadAttention {
             )?,
             None => CachedKeys::whole(k, v, padding_mask, positions.clone()),
         };
-        let alibi_bias = alibi_bias.filter(|_| self.alibi.is_some());
         let context = self.attention(q, keys, positions, bias, alibi_bias, past)?;
         let context = context
             .swap_dims(1, 2)

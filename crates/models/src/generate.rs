@@ -337,35 +337,20 @@ fn argmax(scores: &[f64]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attention::{MultiHeadAttentionConfig, PositionalScheme, take_path_counts};
+    use attention::{PositionalScheme, take_path_counts};
     use burn::tensor::Device;
     use positional::testing::for_each_backend;
 
-    use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
-    use crate::mlp::{Activation, MlpConfig};
-    use crate::norm::{NormConfig, NormKind};
-    use crate::transformer::TransformerConfig;
+    use crate::transformer::tests::{tiny_attention, tiny_decoder};
 
     /// Which attention path generation takes: without padding, every decoding step of every
     /// layer is one fused pass over the cache (no mask is passed); with a padded row the steps
     /// mask the padding, and the prompt's tokens go through the masked path too. The tokens of
     /// the unpadded row are the same either way.
     fn generation_decodes_through_the_fused_pass_without_padding(device: &Device) {
-        let d = 8;
-        let block = BlockConfig::new(
-            MultiHeadAttentionConfig::new(d, 2)
-                .with_causal(true)
-                .with_positional(PositionalScheme::Rope(
-                    positional::RotaryEncodingConfig::new(4),
-                )),
-            BlockLayout::PreNorm,
-            NormConfig::new(d, NormKind::Rms, 1e-6),
-            FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
-        );
         let layers = 2;
-        let model = TransformerConfig::new(12, d, vec![block; layers])
-            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
-            .init(device);
+        let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
+        let model = tiny_decoder(vec![tiny_attention(rope); layers], device);
         let config = GenerationConfig::new().with_max_new_tokens(5);
         let prompt = vec![3, 1, 4, 1];
         take_path_counts();

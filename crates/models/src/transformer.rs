@@ -838,7 +838,7 @@ fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, M
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use attention::{MultiHeadAttentionConfig, PositionalScheme};
     use positional::testing::{assert_close, floats, for_each_backend};
 
@@ -879,31 +879,50 @@ mod tests {
     }
     for_each_backend!(sizes_past_memory_are_named);
 
+    /// A decoder of width 8 and 12 tokens, one pre-norm block per `attention` (each with a SiLU
+    /// MLP of 16), a final RMSNorm and an LM head.
+    pub(crate) fn tiny_decoder(
+        attention: impl IntoIterator<Item = MultiHeadAttentionConfig>,
+        device: &Device,
+    ) -> Transformer {
+        let d = 8;
+        let blocks = attention
+            .into_iter()
+            .map(|attention| {
+                BlockConfig::new(
+                    attention,
+                    crate::block::BlockLayout::PreNorm,
+                    NormConfig::new(d, NormKind::Rms, 1e-6),
+                    FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
+                )
+            })
+            .collect();
+        TransformerConfig::new(12, d, blocks)
+            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
+            .init(device)
+    }
+
+    /// Causal attention of [`tiny_decoder`]'s width with `positional`.
+    pub(crate) fn tiny_attention(positional: PositionalScheme) -> MultiHeadAttentionConfig {
+        MultiHeadAttentionConfig::new(8, 2)
+            .with_causal(true)
+            .with_positional(positional)
+    }
+
     /// The angles a model computes once per RoPE setting and shares between layers give what
     /// each layer computes for itself: two settings (two thetas) interleaved with a NoPE layer,
     /// from index positions, from per-token positions and through the cache.
     fn shared_rotary_angles_equal_each_layer_s_own(device: &Device) {
-        let d = 8;
-        let block = |theta: Option<f64>| {
-            let positional = match theta {
+        let attention = |theta: Option<f64>| {
+            tiny_attention(match theta {
                 Some(theta) => PositionalScheme::Rope(
                     positional::RotaryEncodingConfig::new(4).with_theta(theta),
                 ),
                 None => PositionalScheme::None,
-            };
-            BlockConfig::new(
-                MultiHeadAttentionConfig::new(d, 2)
-                    .with_causal(true)
-                    .with_positional(positional),
-                crate::block::BlockLayout::PreNorm,
-                NormConfig::new(d, NormKind::Rms, 1e-6),
-                FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
-            )
+            })
         };
         let thetas = [Some(1e4), Some(1e6), None, Some(1e4)];
-        let model = TransformerConfig::new(12, d, thetas.map(block).to_vec())
-            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
-            .init(device);
+        let model = tiny_decoder(thetas.map(attention), device);
         let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
         let positions =
             Tensor::<2, Int>::from_data([[0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 9, 4]], device);
@@ -960,22 +979,11 @@ mod tests {
     /// layer computes for itself: two settings (two `max_bias`) and a windowed layer, which
     /// computes its own, over a whole pass and through the cache.
     fn shared_alibi_bias_equals_each_layer_s_own(device: &Device) {
-        let d = 8;
-        let block = |(max_bias, window): (f64, Option<usize>)| {
-            BlockConfig::new(
-                MultiHeadAttentionConfig::new(d, 2)
-                    .with_causal(true)
-                    .with_sliding_window(window)
-                    .with_positional(PositionalScheme::Alibi { max_bias }),
-                crate::block::BlockLayout::PreNorm,
-                NormConfig::new(d, NormKind::Rms, 1e-6),
-                FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
-            )
+        let attention = |(max_bias, window): (f64, Option<usize>)| {
+            tiny_attention(PositionalScheme::Alibi { max_bias }).with_sliding_window(window)
         };
         let layers = [(8.0, None), (4.0, None), (8.0, Some(3)), (8.0, None)];
-        let model = TransformerConfig::new(12, d, layers.map(block).to_vec())
-            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
-            .init(device);
+        let model = tiny_decoder(layers.map(attention), device);
         let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
         let positions =
             Tensor::<2, Int>::from_data([[0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 9, 4]], device);
@@ -1026,20 +1034,8 @@ mod tests {
     /// `generate`'s call returns the last position's logits of what a cached forward returns
     /// for every position, from a prompt and then a step.
     fn generation_step_returns_the_last_position_s_logits(device: &Device) {
-        let d = 8;
-        let block = BlockConfig::new(
-            MultiHeadAttentionConfig::new(d, 2)
-                .with_causal(true)
-                .with_positional(PositionalScheme::Rope(
-                    positional::RotaryEncodingConfig::new(4),
-                )),
-            crate::block::BlockLayout::PreNorm,
-            NormConfig::new(d, NormKind::Rms, 1e-6),
-            FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
-        );
-        let model = TransformerConfig::new(12, d, vec![block.clone(), block])
-            .with_final_norm(Some(NormConfig::new(d, NormKind::Rms, 1e-6)))
-            .init(device);
+        let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
+        let model = tiny_decoder(vec![tiny_attention(rope); 2], device);
         let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], device);
         let (mut every, mut last) = (model.new_caches(), model.new_caches());
         for range in [0..5, 5..6] {

@@ -7,13 +7,13 @@
 use attention::MultiHeadAttentionConfig;
 use serde::Deserialize;
 
-use super::{activation, per_layer, refuse};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{dense_blocks, refuse};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{
     AttentionNames, HuggingFaceConfig, MlpNames, ProjectionLayout, TensorNames,
 };
-use crate::mlp::MlpConfig;
+use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
@@ -89,20 +89,20 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     let mlp = MlpConfig::new(
         d_model,
         config.intermediate_size,
-        activation("hidden_act", &config.hidden_act)?,
+        Activation::from_huggingface("hidden_act", &config.hidden_act)?,
     )
     .with_bias(true);
-    let blocks = per_layer(config.num_hidden_layers, |_| {
-        let attention = MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
-            .with_biases(true)
-            .with_dropout(config.attention_probs_dropout_prob);
-        Ok(BlockConfig::new(
-            attention,
-            BlockLayout::PostNorm,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
-    })?;
+    let blocks = dense_blocks(
+        config.num_hidden_layers,
+        BlockLayout::PostNorm,
+        &norm,
+        &mlp,
+        |_| {
+            MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
+                .with_biases(true)
+                .with_dropout(config.attention_probs_dropout_prob)
+        },
+    )?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::Hidden)
         .with_absolute_positions(Some(AbsolutePositionsConfig::Learned {

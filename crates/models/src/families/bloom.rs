@@ -6,8 +6,8 @@
 use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use serde::Deserialize;
 
-use super::{default, either, per_layer, refuse};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{default, dense_blocks, either, refuse};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
@@ -49,18 +49,12 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     let n_layer = either("n_layer", config.n_layer, config.num_hidden_layers)?;
     let norm = NormConfig::new(d_model, NormKind::Layer, config.layer_norm_epsilon);
     let mlp = MlpConfig::new(d_model, 4 * d_model, Activation::GeluTanh).with_bias(true);
-    let blocks = per_layer(n_layer, |_| {
-        let attention = MultiHeadAttentionConfig::new(d_model, n_head)
+    let blocks = dense_blocks(n_layer, BlockLayout::PreNorm, &norm, &mlp, |_| {
+        MultiHeadAttentionConfig::new(d_model, n_head)
             .with_biases(true)
             .with_dropout(config.attention_dropout)
             .with_causal(true)
-            .with_positional(PositionalScheme::Alibi { max_bias: 8.0 });
-        Ok(BlockConfig::new(
-            attention,
-            BlockLayout::PreNorm,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
+            .with_positional(PositionalScheme::Alibi { max_bias: 8.0 })
     })?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::logits(config.tie_word_embeddings))

@@ -8,12 +8,12 @@ use serde::Deserialize;
 use crate::block::{BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::huggingface::{HuggingFaceConfig, TensorNames};
-use crate::mlp::MlpConfig;
+use crate::mlp::{Activation, MlpConfig};
 use crate::norm::NormKind;
 use crate::transformer::TransformerConfig;
 
+use super::default;
 use super::llama::{self, Llama};
-use super::{activation, default};
 
 /// What `Gemma2Config` adds to (or sets otherwise than) Llama's.
 #[derive(Deserialize)]
@@ -43,7 +43,7 @@ pub(super) fn read(file: &HuggingFaceConfig) -> Result<Llama, ModelError> {
         MlpConfig::new(
             d_model,
             llama.config.intermediate_size,
-            activation("hidden_activation", &gemma.hidden_activation)?,
+            Activation::from_huggingface("hidden_activation", &gemma.hidden_activation)?,
         )
         .with_gated(true)
         .with_bias(llama.config.mlp_bias),

@@ -5,13 +5,13 @@
 use attention::MultiHeadAttentionConfig;
 use serde::Deserialize;
 
-use super::{activation, default, either, per_layer, refuse};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{default, dense_blocks, either, refuse};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{
     AttentionNames, HuggingFaceConfig, MlpNames, ProjectionLayout, TensorNames,
 };
-use crate::mlp::MlpConfig;
+use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{AbsolutePositionsConfig, OutputHead, PositionIds, TransformerConfig};
 
@@ -77,11 +77,11 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     let mlp = MlpConfig::new(
         d_model,
         d_ff,
-        activation("activation_function", &config.activation_function)?,
+        Activation::from_huggingface("activation_function", &config.activation_function)?,
     )
     .with_bias(true);
     let head_dim = d_model / n_head.max(1);
-    let blocks = per_layer(n_layer, |layer| {
+    let blocks = dense_blocks(n_layer, BlockLayout::PreNorm, &norm, &mlp, |layer| {
         let mut scale = match config.scale_attn_weights {
             true => (head_dim as f64).sqrt().recip(),
             false => 1.0,
@@ -89,17 +89,11 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         if config.scale_attn_by_inverse_layer_idx {
             scale /= (layer + 1) as f64;
         }
-        let attention = MultiHeadAttentionConfig::new(d_model, n_head)
+        MultiHeadAttentionConfig::new(d_model, n_head)
             .with_biases(true)
             .with_scale(Some(scale))
             .with_dropout(config.attn_pdrop)
-            .with_causal(true);
-        Ok(BlockConfig::new(
-            attention,
-            BlockLayout::PreNorm,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
+            .with_causal(true)
     })?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::logits(config.tie_word_embeddings))

@@ -6,13 +6,13 @@
 use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use serde::Deserialize;
 
-use super::{activation, default, per_layer};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{default, dense_blocks};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{
     AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames, rope_config,
 };
-use crate::mlp::MlpConfig;
+use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
@@ -50,7 +50,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     let mlp = MlpConfig::new(
         d_model,
         config.intermediate_size,
-        activation("hidden_act", &config.hidden_act)?,
+        Activation::from_huggingface("hidden_act", &config.hidden_act)?,
     )
     .with_bias(true);
     let layout = match config.use_parallel_residual {
@@ -58,18 +58,12 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         false => BlockLayout::PreNorm,
     };
     let rope = rope_config(file)?;
-    let blocks = per_layer(config.num_hidden_layers, |_| {
-        let attention = MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
+    let blocks = dense_blocks(config.num_hidden_layers, layout, &norm, &mlp, |_| {
+        MultiHeadAttentionConfig::new(d_model, config.num_attention_heads)
             .with_biases(config.attention_bias)
             .with_dropout(config.attention_dropout)
             .with_causal(true)
-            .with_positional(PositionalScheme::Rope(rope.clone()));
-        Ok(BlockConfig::new(
-            attention,
-            layout,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
+            .with_positional(PositionalScheme::Rope(rope.clone()))
     })?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::logits(config.tie_word_embeddings))

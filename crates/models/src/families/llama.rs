@@ -8,11 +8,11 @@
 use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use serde::Deserialize;
 
-use super::{activation, default, per_layer, refuse};
+use super::{default, per_layer, refuse};
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::huggingface::{AttentionNames, HuggingFaceConfig, MlpNames, TensorNames, rope_configs};
-use crate::mlp::MlpConfig;
+use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
 
@@ -144,7 +144,7 @@ impl Llama {
         let mlp = MlpConfig::new(
             d_model,
             config.intermediate_size,
-            activation("hidden_act", &config.hidden_act)?,
+            Activation::from_huggingface("hidden_act", &config.hidden_act)?,
         )
         .with_gated(true)
         .with_bias(config.mlp_bias);

@@ -21,10 +21,13 @@ mod qwen2;
 mod qwen3;
 mod t5;
 
+use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
 use crate::huggingface::{HuggingFaceConfig, TensorNames};
-use crate::mlp::Activation;
+use crate::mlp::MlpConfig;
+use crate::norm::NormConfig;
 use crate::transformer::TransformerConfig;
+use attention::MultiHeadAttentionConfig;
 
 /// A family as this crate knows it: its `model_type`, its tensor names, and its translation.
 struct Entry {
@@ -53,7 +56,7 @@ const FAMILIES: [Entry; 15] = [
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
     entry("qwen3", qwen3::names, qwen3::architecture),
-    entry("phi3", phi3::names, phi3::architecture),
+    entry("phi3", phi3::names, mistral::architecture),
     entry("gemma2", gemma2::names, gemma2::architecture),
     entry("gemma3_text", gemma3::names, gemma3::architecture),
     // A multimodal Gemma 3's `config.json` whose text settings sit at the top level.
@@ -127,17 +130,31 @@ pub(crate) fn per_layer<T>(
     Ok(values)
 }
 
+/// One block per layer, each with layer `i`'s `attention(i)` and the shared `layout`, `norm` and
+/// dense `mlp`.
+fn dense_blocks(
+    layers: usize,
+    layout: BlockLayout,
+    norm: &NormConfig,
+    mlp: &MlpConfig,
+    mut attention: impl FnMut(usize) -> MultiHeadAttentionConfig,
+) -> Result<Vec<BlockConfig>, ModelError> {
+    per_layer(layers, |layer| {
+        Ok(BlockConfig::new(
+            attention(layer),
+            layout,
+            norm.clone(),
+            FeedForwardConfig::Dense(mlp.clone()),
+        ))
+    })
+}
+
 /// A required value that a family spells two ways (`n_embd` or `hidden_size`): the first
 /// present. Two optional fields rather than a serde alias, which refuses a file holding both.
 fn either<T>(field: &'static str, first: Option<T>, second: Option<T>) -> Result<T, ModelError> {
     first
         .or(second)
         .ok_or_else(|| ModelError::config(field, serde_json::Value::Null, "is required"))
-}
-
-/// An activation named by `field`.
-fn activation(field: &str, name: &str) -> Result<Activation, ModelError> {
-    Activation::from_huggingface(field, name)
 }
 
 /// An error naming `field` when `value` is not `allowed`.

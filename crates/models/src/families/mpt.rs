@@ -7,8 +7,8 @@ use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{default, per_layer, refuse};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{default, dense_blocks, refuse};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{AttentionNames, FusedOrder, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
@@ -127,20 +127,14 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         )
     })?;
     let mlp = MlpConfig::new(d_model, d_ff, Activation::Gelu).with_bias(!config.no_bias);
-    let blocks = per_layer(config.n_layers, |_| {
-        let attention = MultiHeadAttentionConfig::new(d_model, config.n_heads)
+    let blocks = dense_blocks(config.n_layers, BlockLayout::PreNorm, &norm, &mlp, |_| {
+        MultiHeadAttentionConfig::new(d_model, config.n_heads)
             .with_biases(!config.no_bias)
             .with_scale(attn.softmax_scale)
             .with_causal(true)
             .with_positional(PositionalScheme::Alibi {
                 max_bias: attn.alibi_bias_max,
-            });
-        Ok(BlockConfig::new(
-            attention,
-            BlockLayout::PreNorm,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
+            })
     })?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::logits(config.tie_word_embeddings))

@@ -8,8 +8,8 @@ use attention::{MultiHeadAttentionConfig, PositionalScheme};
 use positional::RelativePositionBiasConfig;
 use serde::Deserialize;
 
-use super::{default, per_layer, refuse};
-use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
+use super::{default, dense_blocks, refuse};
+use crate::block::BlockLayout;
 use crate::error::ModelError;
 use crate::huggingface::{AttentionNames, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
@@ -89,23 +89,23 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         .with_bidirectional(true)
         .with_num_buckets(config.relative_attention_num_buckets)
         .with_max_distance(config.relative_attention_max_distance);
-    let blocks = per_layer(config.num_layers, |layer| {
-        let attention = MultiHeadAttentionConfig::new(d_model, config.num_heads)
-            .with_head_dim(Some(config.d_kv))
-            .with_scale(Some(1.0))
-            .with_dropout(config.dropout_rate);
-        // The first layer holds the table; the rest add its bias.
-        let attention = match layer {
-            0 => attention.with_positional(PositionalScheme::Relative(bias.clone())),
-            _ => attention,
-        };
-        Ok(BlockConfig::new(
-            attention,
-            BlockLayout::PreNorm,
-            norm.clone(),
-            FeedForwardConfig::Dense(mlp.clone()),
-        ))
-    })?;
+    let blocks = dense_blocks(
+        config.num_layers,
+        BlockLayout::PreNorm,
+        &norm,
+        &mlp,
+        |layer| {
+            let attention = MultiHeadAttentionConfig::new(d_model, config.num_heads)
+                .with_head_dim(Some(config.d_kv))
+                .with_scale(Some(1.0))
+                .with_dropout(config.dropout_rate);
+            // The first layer holds the table; the rest add its bias.
+            match layer {
+                0 => attention.with_positional(PositionalScheme::Relative(bias.clone())),
+                _ => attention,
+            }
+        },
+    )?;
     Ok(TransformerConfig::new(config.vocab_size, d_model, blocks)
         .with_head(OutputHead::Hidden)
         .with_final_norm(Some(norm))

@@ -76,17 +76,24 @@ pub fn from_checkpoint(
 impl HuggingFaceConfig {
     /// The configuration of layer `layer`'s attention.
     pub fn attention_config(&self, layer: usize) -> Result<MultiHeadAttentionConfig, ModelError> {
-        let layers = self.num_layers()?;
-        if layer >= layers {
-            return Err(ModelError::input(
-                "layer",
-                layer,
-                format!("must be below the number of layers ({layers})"),
-            ));
-        }
-        let mut blocks = family(self)?.architecture.blocks;
-        Ok(blocks.swap_remove(layer).attention)
+        layer_attention(family(self)?.architecture, layer)
     }
+}
+
+/// Layer `layer`'s attention configuration of `architecture`.
+fn layer_attention(
+    architecture: TransformerConfig,
+    layer: usize,
+) -> Result<MultiHeadAttentionConfig, ModelError> {
+    let mut blocks = architecture.blocks;
+    if layer >= blocks.len() {
+        return Err(ModelError::input(
+            "layer",
+            layer,
+            format!("must be below the number of layers ({})", blocks.len()),
+        ));
+    }
+    Ok(blocks.swap_remove(layer).attention)
 }
 
 /// Loads layer `layer`'s attention of the checkpoint in `dir` (`config.json` and
@@ -109,8 +116,9 @@ pub fn load_layer_from(
     layer: usize,
     device: &Device,
 ) -> Result<MultiHeadAttention, ModelError> {
-    let attention = config.attention_config(layer)?;
-    load::attention(&family_names(config)?, layer, attention, checkpoint, device)
+    let family = family(config)?;
+    let attention = layer_attention(family.architecture, layer)?;
+    load::attention(&family.names, layer, attention, checkpoint, device)
 }
 
 /// An error naming `num_hidden_layers` unless the checkpoint holds the attention of every layer

@@ -177,9 +177,8 @@ pub fn rope_scaling(
 ) -> Result<Option<RopeScaling>, ModelError> {
     match params {
         Value::Null => Ok(None),
-        Value::Object(params) => {
-            let params: RopeParameters =
-                parse_value(&Value::Object(params.clone()), "rope_scaling")?;
+        Value::Object(_) => {
+            let params: RopeParameters = parse_value(params, "rope_scaling")?;
             scaling(&params, "", max_position_embeddings, None)
         }
         other => Err(ModelError::config(
