@@ -3,14 +3,19 @@
 //! reference (forward, and forward + backward through Burn's autodiff of it), Burn's
 //! `burn::nn::RotaryEncoding` (interleaved, the layout it has), a copy of the same tensor
 //! (`x.clone().mul_scalar(1.0)`, the memory floor) and the ones Burn's `backward()` seeds the
-//! backward pass with (part of every forward + backward), side by side per backend and shape.
+//! backward pass with (part of every forward + backward), side by side per backend and shape; and
+//! the schemes that turn through the same kernel with tables of their own: xPos (queries, its
+//! decay in the tables) and M-RoPE (Qwen2-VL's sections, positions `[batch, seq, 3]` read back).
 //!
 //! Every variant ends with `device.sync()` inside the timed region, so WGPU's queued work is
 //! counted; the output is dropped outside it. `cargo xtask bench` prints the ratios.
 
 use burn::tensor::{Device, Distribution, Tensor};
+use burn::tensor::{Int, TensorData};
 use divan::Bencher;
-use positional::{RopeLayout, RotaryEncodingConfig};
+use positional::{
+    MultiAxisMode, MultiAxisRopeConfig, RopeLayout, RotaryEncodingConfig, XposConfig,
+};
 
 /// `name`, `[batch, heads, seq, head_dim]`, offset of the first position.
 const SHAPES: [(&str, [usize; 4], usize); 4] = [
@@ -38,6 +43,10 @@ enum Variant {
     /// with ones, on the inner backend.
     BackwardSeed,
     Burn,
+    /// xPos on queries: the rotation times the decay, tables computed per call.
+    Xpos,
+    /// M-RoPE (sections of a third each) at image-like positions `[batch, seq, 3]`.
+    Mrope,
 }
 
 fn shape(name: &str) -> ([usize; 4], usize) {
@@ -79,8 +88,50 @@ fn run(bencher: Bencher, backend: &str, name: &str, variant: Variant) {
         .init(&device);
     let theirs = matches!(variant, Variant::Burn)
         .then(|| burn::nn::RotaryEncodingConfig::new(offset + seq, head_dim).init(&device));
+    let xpos = matches!(variant, Variant::Xpos).then(|| {
+        XposConfig::new(head_dim)
+            .with_scale_center(offset as f64)
+            .with_max_position_embeddings(offset + seq)
+            .init(&device)
+    });
+    let mrope = matches!(variant, Variant::Mrope).then(|| {
+        let pairs = head_dim / 2;
+        let section = vec![pairs - 2 * (pairs / 3), pairs / 3, pairs / 3];
+        let rope = MultiAxisRopeConfig::new(
+            head_dim,
+            MultiAxisMode::Mrope {
+                mrope_section: section,
+            },
+        )
+        .init(&device);
+        // A square image of patches after `offset` text tokens: (t, t + row, t + column).
+        let side = (seq as f64).sqrt().ceil() as i64;
+        let t = offset as i64;
+        let positions: Vec<i64> = (0..batch * seq)
+            .flat_map(|i| {
+                let i = (i % seq) as i64;
+                [t, t + i / side, t + i % side]
+            })
+            .collect();
+        let positions =
+            Tensor::<3, Int>::from_data(TensorData::new(positions, [batch, seq, 3]), &device);
+        (rope, positions)
+    });
     let call = || -> Tensor<4> {
         match variant {
+            Variant::Xpos => xpos
+                .as_ref()
+                .expect("built for this variant")
+                .try_angles(offset, seq)
+                .unwrap()
+                .query
+                .apply(x.clone()),
+            Variant::Mrope => {
+                let (rope, positions) = mrope.as_ref().expect("built for this variant");
+                rope.try_angles(positions.clone(), seq)
+                    .unwrap()
+                    .apply(x.clone())
+            }
             Variant::Copy => x.clone().mul_scalar(1.0),
             Variant::OursHalf | Variant::OursInterleaved | Variant::OursHalfSeqMajor => {
                 ours.try_angles(offset, seq).unwrap().apply(x.clone())
@@ -160,6 +211,16 @@ macro_rules! rope {
             #[divan::bench(args = NAMES, sample_count = 15)]
             fn burn_interleaved(bencher: Bencher, shape: &str) {
                 run(bencher, $feature, shape, Variant::Burn);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn xpos_queries(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::Xpos);
+            }
+
+            #[divan::bench(args = NAMES, sample_count = 15)]
+            fn mrope(bencher: Bencher, shape: &str) {
+                run(bencher, $feature, shape, Variant::Mrope);
             }
         }
     )*};

@@ -10,7 +10,7 @@ use models::{
     AbsolutePositionsConfig, Activation, BlockConfig, BlockLayout, FeedForwardConfig, MlpConfig,
     NormConfig, NormKind, OutputHead, PositionIds, TransformerConfig,
 };
-use positional::RotaryEncodingConfig;
+use positional::{RelativePositionBiasConfig, RotaryEncodingConfig, XposConfig};
 
 use crate::extrapolation::Scheme;
 
@@ -33,12 +33,23 @@ pub fn decoder_config(
         Scheme::Alibi => PositionalScheme::Alibi {
             max_bias: ALIBI_MAX_BIAS,
         },
+        // The paper's scale base and gamma; the centre at half the training length keeps the
+        // scales near 1 there (it cancels in every score).
+        Scheme::Xpos => PositionalScheme::Xpos(
+            XposConfig::new(head_dim).with_scale_center((max_len / 2) as f64),
+        ),
+        // T5's decoder: 32 buckets, exact up to 8 tokens back, logarithmic to 128, one bucket
+        // past it; computed in the first layer and added in every layer.
+        Scheme::T5 => PositionalScheme::Relative(
+            RelativePositionBiasConfig::new(n_heads).with_bidirectional(false),
+        ),
+        Scheme::TransformerXl => PositionalScheme::RelativeXl { mem_len: max_len },
         Scheme::Sinusoidal | Scheme::Learned | Scheme::Nope => PositionalScheme::None,
     };
     let absolute = match scheme {
         Scheme::Sinusoidal => Some(AbsolutePositionsConfig::Sinusoidal),
         Scheme::Learned => Some(AbsolutePositionsConfig::Learned { max_len }),
-        Scheme::Rope | Scheme::Alibi | Scheme::Nope => None,
+        _ => None,
     };
     // Burn's `LayerNormConfig` default, which the study's published numbers were trained with.
     let norm = NormConfig::new(d_model, NormKind::Layer, 1e-5);
@@ -52,7 +63,15 @@ pub fn decoder_config(
             MlpConfig::new(d_model, 4 * d_model, Activation::Gelu).with_bias(true),
         ),
     );
-    TransformerConfig::new(vocab_size, d_model, vec![block; n_layers])
+    let mut blocks = vec![block; n_layers];
+    let shared_relative_bias = scheme == Scheme::T5;
+    if shared_relative_bias {
+        for block in blocks.iter_mut().skip(1) {
+            block.attention.positional = PositionalScheme::None;
+        }
+    }
+    TransformerConfig::new(vocab_size, d_model, blocks)
+        .with_shared_relative_bias(shared_relative_bias)
         .with_absolute_positions(absolute)
         .with_final_norm(Some(norm))
         .with_head(OutputHead::Linear { bias: true })
@@ -68,13 +87,7 @@ mod tests {
 
     use super::*;
 
-    const SCHEMES: [Scheme; 5] = [
-        Scheme::Nope,
-        Scheme::Sinusoidal,
-        Scheme::Learned,
-        Scheme::Rope,
-        Scheme::Alibi,
-    ];
+    const SCHEMES: [Scheme; 8] = Scheme::ALL;
 
     fn tokens(values: &[i64], device: &Device) -> Tensor<2, Int> {
         Tensor::from_data(TensorData::new(values.to_vec(), [1, values.len()]), device)
@@ -121,12 +134,7 @@ mod tests {
             err.contains("must be at most max_sequence_length (4)"),
             "{err}"
         );
-        for scheme in [
-            Scheme::Sinusoidal,
-            Scheme::Rope,
-            Scheme::Alibi,
-            Scheme::Nope,
-        ] {
+        for scheme in Scheme::ALL.into_iter().filter(|s| *s != Scheme::Learned) {
             let model = decoder_config(scheme, 10, 8, 2, 1, 4).init(device);
             let logits = model.forward(tokens(&ids, device), ModelInputs::new());
             assert_eq!(logits.dims(), [1, 6, 10], "{scheme:?}");

@@ -20,7 +20,9 @@ use indicatif::ProgressBar;
 use serde::{Deserialize, Serialize};
 
 use crate::tasks::{LocalRuleTask, SplitMix64};
-use crate::training::{Schedule, TrainingLog, next_token_scores, train};
+use crate::training::{
+    Schedule, TrainingLog, next_token_scores, next_token_scores_in_segments, train,
+};
 
 /// A positional scheme of the study.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -36,15 +38,26 @@ pub enum Scheme {
     Alibi,
     /// No positional information besides the causal mask.
     Nope,
+    /// RoPE whose pairs also decay with distance (Sun et al., 2022).
+    Xpos,
+    /// T5's learned bias per bucket of relative distance (Raffel et al., 2020).
+    T5,
+    /// Transformer-XL's relative attention (Dai et al., 2019); also evaluated segment by segment
+    /// with its memory.
+    #[serde(rename = "transformer-xl")]
+    TransformerXl,
 }
 
 impl Scheme {
     /// Every scheme, in the order tables and plots show them.
-    pub const ALL: [Scheme; 5] = [
+    pub const ALL: [Scheme; 8] = [
         Scheme::Sinusoidal,
         Scheme::Learned,
         Scheme::Rope,
+        Scheme::Xpos,
         Scheme::Alibi,
+        Scheme::T5,
+        Scheme::TransformerXl,
         Scheme::Nope,
     ];
 
@@ -56,6 +69,9 @@ impl Scheme {
             Scheme::Rope => "rope",
             Scheme::Alibi => "alibi",
             Scheme::Nope => "nope",
+            Scheme::Xpos => "xpos",
+            Scheme::T5 => "t5",
+            Scheme::TransformerXl => "transformer-xl",
         }
     }
 }
@@ -222,12 +238,23 @@ pub fn train_scheme(
     Ok((model.valid(), log))
 }
 
+/// How a model reads an evaluation sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// In one pass, every token attending to every earlier one.
+    Whole,
+    /// `train_len` tokens at a time, each segment attending to itself and the `train_len`
+    /// tokens before it through the caches: Transformer-XL's segment memory.
+    WithMemory,
+}
+
 /// Measures `model` at every evaluation length, on sequences that depend only on the seed and the
-/// length (the same for every scheme).
+/// length (the same for every scheme), read as `reading` says.
 pub fn evaluate(
     model: &Transformer,
     settings: &StudySettings,
     device: &Device,
+    reading: Reading,
 ) -> anyhow::Result<Vec<Evaluation>> {
     let task = settings.task()?;
     let first = LocalRuleTask::FIRST_PREDICTABLE;
@@ -245,7 +272,14 @@ pub fn evaluate(
             let batch = chunk.min(remaining);
             remaining -= batch;
             let tokens = task.batch(batch, length + 1, &mut rng, device);
-            let scores = match next_token_scores(model, tokens, first) {
+            let scores = match reading {
+                Reading::Whole => next_token_scores(model, tokens, first),
+                Reading::WithMemory => {
+                    let segment = settings.train_len;
+                    next_token_scores_in_segments(model, tokens, first, segment, segment)
+                }
+            };
+            let scores = match scores {
                 Ok(scores) => scores,
                 Err(error) => {
                     unavailable = Some(error.to_string());

@@ -20,8 +20,22 @@ pub struct SchemeResult {
     pub tokens_per_second: Option<f64>,
     /// Mean training loss over the last tenth of the steps; `None` when loaded.
     pub final_train_loss: Option<f64>,
+    /// Whether the model read each sequence segment by segment with Transformer-XL's memory
+    /// ([`Reading::WithMemory`](crate::extrapolation::Reading::WithMemory)) rather than whole.
+    #[serde(default)]
+    pub with_memory: bool,
     /// One entry per evaluation length.
     pub evaluations: Vec<Evaluation>,
+}
+
+impl SchemeResult {
+    /// The row's name: the scheme's, `+mem` when read with memory.
+    pub fn label(&self) -> String {
+        match self.with_memory {
+            true => format!("{}+mem", self.scheme.name()),
+            false => self.scheme.name().to_owned(),
+        }
+    }
 }
 
 /// Everything one run of the study produced.
@@ -55,14 +69,14 @@ impl StudyReport {
             acc = self.oracle_accuracy,
             loss = self.oracle_loss,
         );
-        let _ = write!(out, "{:<12}", "scheme");
+        let _ = write!(out, "{:<18}", "scheme");
         for length in &lengths {
             let _ = write!(out, " | {:>15}", format!("{length} tokens"));
         }
         let _ = writeln!(out, " | {:>8}", "train s");
-        let _ = writeln!(out, "{}", "-".repeat(12 + lengths.len() * 18 + 11));
+        let _ = writeln!(out, "{}", "-".repeat(18 + lengths.len() * 18 + 11));
         for result in &self.results {
-            let _ = write!(out, "{:<12}", result.scheme.name());
+            let _ = write!(out, "{:<18}", result.label());
             for evaluation in &result.evaluations {
                 let cell = match (evaluation.accuracy, evaluation.loss) {
                     (Some(accuracy), Some(loss)) => format!("{accuracy:.3} ({loss:.3})"),
@@ -82,7 +96,7 @@ impl StudyReport {
                     let _ = writeln!(
                         out,
                         "{} at {} tokens: {reason}",
-                        result.scheme.name(),
+                        result.label(),
                         evaluation.length
                     );
                 }
@@ -104,7 +118,7 @@ impl StudyReport {
                         out,
                         "{},{},{},{},{},{},{},{}",
                         self.backend,
-                        result.scheme.name(),
+                        result.label(),
                         self.settings.train_len,
                         evaluation.length,
                         number(evaluation.accuracy),
@@ -185,6 +199,11 @@ impl StudyReport {
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK));
         for result in &self.results {
             let color = scheme_color(result.scheme);
+            // The same model read with memory: its scheme's colour, lighter.
+            let color = match result.with_memory {
+                true => color.mix(0.45).to_rgba(),
+                false => color.to_rgba(),
+            };
             let points: Vec<(f64, f64)> = result
                 .evaluations
                 .iter()
@@ -193,7 +212,7 @@ impl StudyReport {
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
                 .map_err(draw)?
-                .label(result.scheme.name())
+                .label(result.label())
                 .legend(move |(x, y)| {
                     PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
                 });
@@ -226,6 +245,9 @@ fn scheme_color(scheme: Scheme) -> RGBColor {
         Scheme::Rope => RGBColor(0x00, 0x9E, 0x73),
         Scheme::Alibi => RGBColor(0x00, 0x72, 0xB2),
         Scheme::Nope => RGBColor(0xD5, 0x5E, 0x00),
+        Scheme::Xpos => RGBColor(0xCC, 0x79, 0xA7),
+        Scheme::T5 => RGBColor(0x00, 0x00, 0x00),
+        Scheme::TransformerXl => RGBColor(0x99, 0x99, 0x99),
     }
 }
 
@@ -260,6 +282,7 @@ mod tests {
                     train_seconds: Some(1.5),
                     tokens_per_second: Some(10.0),
                     final_train_loss: Some(0.5),
+                    with_memory: false,
                     evaluations: vec![evaluation(8, Some(0.75)), evaluation(16, Some(0.5))],
                 },
                 SchemeResult {
@@ -267,6 +290,7 @@ mod tests {
                     train_seconds: None,
                     tokens_per_second: None,
                     final_train_loss: None,
+                    with_memory: false,
                     evaluations: vec![evaluation(8, Some(0.25)), evaluation(16, None)],
                 },
             ],

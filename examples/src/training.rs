@@ -61,9 +61,41 @@ pub fn next_token_scores(
     tokens: Tensor<2, Int>,
     first_target: usize,
 ) -> Result<NextTokenScores, ModelError> {
-    let [batch, len] = tokens.dims();
-    let context = len - 1;
+    let context = tokens.dims()[1] - 1;
     let logits = model.try_forward(tokens.clone().narrow(1, 0, context), ModelInputs::new())?;
+    Ok(scores_of(logits, tokens, first_target))
+}
+
+/// [`next_token_scores`] with the context read `segment` tokens at a time through the KV
+/// caches, each segment attending to itself and the last `memory` tokens before it: how
+/// Transformer-XL reads a long text with its segment memory (Dai et al., 2019, section 3.2).
+///
+/// # Shapes
+/// As [`next_token_scores`].
+pub fn next_token_scores_in_segments(
+    model: &Transformer,
+    tokens: Tensor<2, Int>,
+    first_target: usize,
+    segment: usize,
+    memory: usize,
+) -> Result<NextTokenScores, ModelError> {
+    let context = tokens.dims()[1] - 1;
+    let mut caches = model.new_caches();
+    let mut pieces = Vec::new();
+    for start in (0..context).step_by(segment.max(1)) {
+        let len = segment.min(context - start);
+        let ids = tokens.clone().narrow(1, start, len);
+        pieces.push(model.try_forward_cached(ids, ModelInputs::new(), &mut caches)?);
+        for cache in &mut caches {
+            cache.keep_last(memory);
+        }
+    }
+    Ok(scores_of(Tensor::cat(pieces, 1), tokens, first_target))
+}
+
+/// Loss and hits of `logits` `[batch, context, vocab]` predicting `tokens[:, first_target..]`.
+fn scores_of(logits: Tensor<3>, tokens: Tensor<2, Int>, first_target: usize) -> NextTokenScores {
+    let [batch, len] = tokens.dims();
     let [_, _, vocab_size] = logits.dims();
     let scored = len - first_target;
     let logits = logits
@@ -80,7 +112,7 @@ pub fn next_token_scores(
         .reshape([batch * scored])
         .equal(targets)
         .int();
-    Ok(NextTokenScores { loss, correct })
+    NextTokenScores { loss, correct }
 }
 
 /// A progress bar showing step, loss, tokens per second and time left (hidden when stderr is not

@@ -496,6 +496,8 @@ fn ratio_rows(medians: &BTreeMap<String, f64>) -> Vec<Row> {
                 "tensor_ops_half",
             );
             ratio("burn rope / copy", key.clone(), "burn_interleaved", "copy");
+            ratio("xpos (queries) / copy", key.clone(), "xpos_queries", "copy");
+            ratio("m-rope / copy", key.clone(), "mrope", "copy");
             ratio(
                 "rope interleaved / burn rope",
                 key.clone(),

@@ -11,7 +11,8 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::{
-    Alibi, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding, unallocatable,
+    Alibi, MultiAxisRope, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding, Xpos,
+    unallocatable,
 };
 
 use crate::cache::{CachedKeys, KvCache};
@@ -19,6 +20,7 @@ use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
 use crate::kernels::decode_attention;
+use crate::relative_xl::RelativeXl;
 
 /// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
 ///
@@ -48,6 +50,12 @@ pub struct MultiHeadAttention {
     pub alibi: Option<Alibi>,
     /// T5's relative position bias, when the scheme is relative.
     pub relative: Option<RelativePositionBias>,
+    /// xPos, when the scheme is xPos.
+    pub xpos: Option<Xpos>,
+    /// Multi-axis RoPE, when the scheme is multi-axis.
+    pub multi_axis_rope: Option<MultiAxisRope>,
+    /// Transformer-XL's relative terms, when the scheme is Transformer-XL's.
+    pub relative_xl: Option<RelativeXl>,
     pub(crate) dropout: Dropout,
     #[module(skip)]
     pub(crate) config: MultiHeadAttentionConfig,
@@ -240,6 +248,167 @@ impl MultiHeadAttention {
         or_panic(self.try_forward_cached(x, inputs, cache))
     }
 
+    /// Transformer-XL's segment recurrence (Dai et al. 2019, section 3.2): self-attention of the
+    /// segment `x` over `mems`, the previous segment's inputs to this layer (oldest first; `None`
+    /// for the first segment), and itself. Queries sit after the memory: every memory position
+    /// is visible, the segment's own keys causally.
+    ///
+    /// Returns the output and the next segment's memory, the last `mem_len` rows of
+    /// `cat(mems, x)` ([`PositionalScheme::RelativeXl`](crate::PositionalScheme::RelativeXl)),
+    /// detached: gradients stop at the memory, as in the paper, so a training loop carries it
+    /// from segment to segment without growing the graph. With no memory scheme (`mem_len`) the
+    /// memory is all of `cat(mems, x)`.
+    ///
+    /// Memory holds inputs, not keys: schemes that turn keys by their positions (RoPE, xPos,
+    /// multi-axis RoPE) would need them turned again and are refused; use the KV cache there.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`, `mems`: `[batch, mem, d_model]`
+    /// - outputs: `[batch, seq, d_model]` and `[batch, min(mem_len, mem + seq), d_model]`
+    pub fn try_forward_segment(
+        &self,
+        x: Tensor<3>,
+        mems: Option<Tensor<3>>,
+        inputs: impl Into<AttentionInputs>,
+    ) -> Result<(Tensor<3>, Tensor<3>), AttentionError> {
+        let mut cache = self.memory_cache(&x, mems.clone())?;
+        let y = self.attend(x.clone(), inputs.into(), Some(&mut cache))?;
+        let inputs = match mems {
+            Some(mems) => Tensor::cat(vec![mems, x], 1),
+            None => x,
+        };
+        let [batch, len, d_model] = inputs.dims();
+        let keep = match &self.relative_xl {
+            Some(relative_xl) => relative_xl.mem_len().min(len),
+            None => len,
+        };
+        let new_mems = match keep {
+            0 => Tensor::empty([batch, 0, d_model], &inputs.device()),
+            keep => inputs.narrow(1, len - keep, keep).detach(),
+        };
+        Ok((y, new_mems))
+    }
+
+    /// Panicking form of [`try_forward_segment`](Self::try_forward_segment).
+    pub fn forward_segment(
+        &self,
+        x: Tensor<3>,
+        mems: Option<Tensor<3>>,
+        inputs: impl Into<AttentionInputs>,
+    ) -> (Tensor<3>, Tensor<3>) {
+        or_panic(self.try_forward_segment(x, mems, inputs))
+    }
+
+    /// The scores of [`try_forward_segment`](Self::try_forward_segment) before masks and softmax,
+    /// `q·k` scaled plus every bias (Transformer-XL's four terms, ALiBi's, T5's), for inspection
+    /// and plots. Entries of keys a query may not see hold whatever the terms give there.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`, `mems`: `[batch, mem, d_model]`
+    /// - output: `[batch, n_heads, seq, mem + seq]`
+    pub fn try_segment_scores(
+        &self,
+        x: Tensor<3>,
+        mems: Option<Tensor<3>>,
+    ) -> Result<Tensor<4>, AttentionError> {
+        let mut cache = self.memory_cache(&x, mems)?;
+        let past = cache.len();
+        let [batch, seq, _] = x.dims();
+        let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
+        let q = self
+            .query
+            .forward(x.clone())
+            .reshape([batch, seq, heads, head_dim])
+            .swap_dims(1, 2);
+        let q = match &self.query_norm {
+            Some(norm) => norm.forward(q),
+            None => q,
+        };
+        let (k, v) = self.keys_and_values(x);
+        let keys = cache.append(k, v, None, None, None)?;
+        let (k, _) = keys.held_keys_and_values();
+        let k_len = k.dims()[2];
+        let k = repeat_kv(k, heads / self.config.kv_heads());
+        let (q, mut bias) = match &self.relative_xl {
+            Some(relative_xl) => {
+                let (q, terms) = relative_xl.terms(q, past, k_len, self.score_scale())?;
+                (q, Some(terms))
+            }
+            None => (q, None),
+        };
+        if let Some(alibi) = &self.alibi {
+            let alibi = alibi.try_bias(past, seq, 0, k_len)?;
+            bias = Some(bias.map_or(alibi.clone(), |bias| bias + alibi));
+        }
+        if let Some(relative) = &self.relative {
+            let relative = relative.try_bias(past, seq, 0, k_len)?;
+            bias = Some(bias.map_or(relative.clone(), |bias| bias + relative));
+        }
+        let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(self.score_scale());
+        if let Some(cap) = self.config.softcap {
+            scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+        }
+        Ok(match bias {
+            Some(bias) => scores + bias,
+            None => scores,
+        })
+    }
+
+    /// A cache holding the keys and values of `mems` (the memory of a segment), refused for
+    /// schemes that turn keys by position.
+    fn memory_cache(
+        &self,
+        x: &Tensor<3>,
+        mems: Option<Tensor<3>>,
+    ) -> Result<KvCache, AttentionError> {
+        if self.rope.is_some() || self.xpos.is_some() || self.multi_axis_rope.is_some() {
+            return Err(AttentionError::config(
+                "positional",
+                "a rotating scheme",
+                "must not turn keys by position to take a segment memory (it holds inputs, \
+                 whose keys would need turning again); use the KV cache",
+            ));
+        }
+        let mut cache = KvCache::new();
+        let Some(mems) = mems else {
+            return Ok(cache);
+        };
+        let [batch, mem, width] = mems.dims();
+        if width != self.config.d_model {
+            return Err(AttentionError::input(
+                "mems.dims()[2]",
+                width,
+                format!("must equal d_model ({})", self.config.d_model),
+            ));
+        }
+        if batch != x.dims()[0] {
+            return Err(AttentionError::input(
+                "mems.dims()[0]",
+                batch,
+                format!("must equal the batch of x ({})", x.dims()[0]),
+            ));
+        }
+        if mem > 0 {
+            let (k, v) = self.keys_and_values(mems);
+            cache.append(k, v, None, None, None)?;
+        }
+        Ok(cache)
+    }
+
+    /// Keys and values of `x` `[batch, len, d_model]`, `[batch, kv_heads, len, head_dim]` each,
+    /// QK-normed where configured, not turned by any position.
+    fn keys_and_values(&self, x: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
+        let [batch, len, _] = x.dims();
+        let (kv_heads, head_dim) = (self.config.kv_heads(), self.config.head_dim());
+        let split = |t: Tensor<3>| t.reshape([batch, len, kv_heads, head_dim]).swap_dims(1, 2);
+        let k = split(self.key.forward(x.clone()));
+        let k = match &self.key_norm {
+            Some(norm) => norm.forward(k),
+            None => k,
+        };
+        (k, split(self.value.forward(x)))
+    }
+
     fn attend(
         &self,
         x: Tensor<3>,
@@ -312,6 +481,25 @@ impl MultiHeadAttention {
         }
         let past = cache.as_ref().map_or(0, |cache| cache.len());
         let device = self.query.weight.device();
+        // Multi-axis positions are the multi-axis RoPE's alone: masks, the cache and every bias
+        // count token indices. Any other scheme refuses them by name below.
+        let (positions, axis_positions) = match positions {
+            Some(Positions::Axes(axes)) if self.multi_axis_rope.is_some() => {
+                (None, Some(Positions::Axes(axes)))
+            }
+            other => (other, None),
+        };
+        if self.relative_xl.is_some()
+            && let Some(positions) = &positions
+            && !matches!(positions, Positions::Start(start) if *start == past)
+        {
+            return Err(AttentionError::input(
+                "positions",
+                format!("{positions:?}"),
+                "must be absent with Transformer-XL's relative attention: its distances count \
+                 token indices",
+            ));
+        }
         let positions = match positions {
             Some(positions) => {
                 positions.try_into_ids_unless_indices(past, "positions", batch, seq, &device)?
@@ -349,12 +537,7 @@ impl MultiHeadAttention {
                 ));
             }
         }
-        let (q, k) = match (&self.rope, rotary_angles, &positions) {
-            (Some(_), Some(angles), _) => (angles.try_apply(q)?, angles.try_apply(k)?),
-            (Some(rope), None, Some(positions)) => rope.try_forward(q, k, positions.clone())?,
-            (Some(rope), None, None) => rope.try_forward(q, k, past)?,
-            (None, _, _) => (q, k),
-        };
+        let (q, k) = self.rotate(q, k, rotary_angles, &positions, axis_positions, past)?;
         let keys = match cache {
             Some(cache) => cache.append(
                 k,
@@ -370,6 +553,35 @@ impl MultiHeadAttention {
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
         Ok(self.output.forward(context))
+    }
+
+    /// Queries and keys turned by the rotating scheme (RoPE, xPos, multi-axis RoPE) at
+    /// `positions` (token indices `past ..` without them), or as they are.
+    fn rotate(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        rotary_angles: Option<RotaryAngles>,
+        positions: &Option<Tensor<2, Int>>,
+        axis_positions: Option<Positions>,
+        past: usize,
+    ) -> Result<(Tensor<4>, Tensor<4>), AttentionError> {
+        let at = || {
+            axis_positions
+                .clone()
+                .or_else(|| positions.clone().map(Positions::Ids))
+                .unwrap_or(Positions::Start(past))
+        };
+        let rotating = self.rope.is_some() || self.multi_axis_rope.is_some();
+        Ok(
+            match (rotary_angles, &self.rope, &self.multi_axis_rope, &self.xpos) {
+                (Some(angles), ..) if rotating => (angles.try_apply(q)?, angles.try_apply(k)?),
+                (_, Some(rope), ..) => rope.try_forward(q, k, at())?,
+                (_, _, Some(rope), _) => rope.try_forward(q, k, at())?,
+                (_, _, _, Some(xpos)) => xpos.try_forward(q, k, at())?,
+                _ => (q, k),
+            },
+        )
     }
 
     /// `[batch, heads, q_len, head_dim]` context of the queries at token indices `past ..` over
@@ -397,6 +609,7 @@ impl MultiHeadAttention {
             .is_some_and(|window| past + q_len > keys.first_index + window);
         // No bias but ALiBi at token indices, which the fused paths compute themselves.
         let index_biases_only = self.relative.is_none()
+            && self.relative_xl.is_none()
             && bias.is_none()
             && !(self.alibi.is_some() && explicit_positions);
         // A decoding step: one pass over the cache (`decode_attention`) where the backend has
@@ -475,6 +688,15 @@ impl MultiHeadAttention {
                 relative.try_bias(past - first_index, q_len, 0, k_len)?
             });
         }
+        let q = match &self.relative_xl {
+            Some(relative_xl) => {
+                let (q, position_terms) =
+                    relative_xl.terms(q, past - first_index, k_len, self.score_scale())?;
+                add(position_terms);
+                q
+            }
+            None => q,
+        };
         let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &device);
         crate::paths::record(|counts| &mut counts.explicit);
         self.explicit(q, k, v, total_bias, mask)

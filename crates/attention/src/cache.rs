@@ -349,17 +349,30 @@ impl KvCache {
         };
         // The next query sits at index `len`, and sees keys down to `len - window + 1`.
         if let Some(window) = window {
-            let excess = self.kept.saturating_sub(window);
-            if excess > 0 {
-                self.start += excess;
-                self.kept -= excess;
-                self.dropped += excess;
-                let keep = self.kept;
-                self.padding = self.padding.take().map(|p| p.narrow(1, excess, keep));
-                self.positions = self.positions.take().map(|p| p.narrow(1, excess, keep));
-            }
+            self.keep_last(window);
         }
         Ok(appended)
+    }
+
+    /// Forgets every held token but the last `n`: Transformer-XL's memory of `mem_len` tokens
+    /// between segments (evaluation segment by segment through the cache), or any bounded
+    /// context. Token indices go on counting: the next token is still at [`len`](Self::len).
+    pub fn keep_last(&mut self, n: usize) {
+        let excess = self.kept.saturating_sub(n);
+        if excess > 0 {
+            self.start += excess;
+            self.kept -= excess;
+            self.dropped += excess;
+            let keep = self.kept;
+            // Nothing held has no padding or positions to keep (Burn's narrow to nothing
+            // panics on some backends).
+            self.padding = (self.padding.take())
+                .filter(|_| keep > 0)
+                .map(|p| p.narrow(1, excess, keep));
+            self.positions = (self.positions.take())
+                .filter(|_| keep > 0)
+                .map(|p| p.narrow(1, excess, keep));
+        }
     }
 }
 

@@ -5,11 +5,13 @@ use burn::module::Param;
 use burn::nn::{DropoutConfig, LinearConfig};
 use burn::tensor::{Device, Tensor};
 use positional::{
-    AlibiConfig, RelativePositionBiasConfig, RotaryEncodingConfig, is_normal_f32, unallocatable,
+    AlibiConfig, MultiAxisRopeConfig, RelativePositionBiasConfig, RotaryEncodingConfig, XposConfig,
+    is_normal_f32, unallocatable,
 };
 
 use crate::attention::{HeadNorm, MultiHeadAttention};
 use crate::error::{AttentionError, or_panic};
+use crate::relative_xl::RelativeXl;
 
 /// Where attention gets position information from.
 ///
@@ -34,6 +36,24 @@ pub enum PositionalScheme {
     /// same: build those with [`PositionalScheme::None`] and hand them the first layer's bias
     /// ([`AttentionInputs::with_bias`](crate::AttentionInputs::with_bias)).
     Relative(RelativePositionBiasConfig),
+    /// xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE whose pairs also
+    /// decay with the distance between query and key. Its `head_dim` must be the attention's;
+    /// its `scale_center` is fixed, so keys in the cache stay exact.
+    Xpos(XposConfig),
+    /// RoPE over position vectors: 2D axial (image patches) or M-RoPE (Qwen2-VL's time, height
+    /// and width). Pass `[batch, seq, axes]` positions
+    /// ([`AttentionInputs::with_positions`](crate::AttentionInputs::with_positions)); without
+    /// them, or with one number per token, every component is the token's position (text). Its
+    /// `head_dim` must be the attention's.
+    MultiAxisRope(MultiAxisRopeConfig),
+    /// Transformer-XL's relative attention (Dai et al. 2019, section 3.3): scores
+    /// `(q + u)·k + (q + v)·W_R R_{i-j}` over a sinusoid `R` of the distance, with learned `u`,
+    /// `v` and `W_R` ([`RelativeXl`](crate::RelativeXl)). Causal only. Segment recurrence:
+    /// [`MultiHeadAttention::try_forward_segment`]; token by token: the KV cache.
+    RelativeXl {
+        /// How many of the latest inputs a segment hands the next as memory.
+        mem_len: usize,
+    },
 }
 
 /// RMSNorm over each head's features of the queries and keys, before RoPE (QK-norm: Qwen3,
@@ -236,6 +256,37 @@ impl MultiHeadAttentionConfig {
                 }
                 relative.validate()?;
             }
+            PositionalScheme::Xpos(xpos) => {
+                if xpos.head_dim != self.head_dim() {
+                    return Err(AttentionError::config(
+                        "positional.head_dim",
+                        xpos.head_dim,
+                        format!("must equal the attention's head_dim ({})", self.head_dim()),
+                    ));
+                }
+                xpos.validate()?;
+            }
+            PositionalScheme::MultiAxisRope(rope) => {
+                if rope.head_dim != self.head_dim() {
+                    return Err(AttentionError::config(
+                        "positional.head_dim",
+                        rope.head_dim,
+                        format!("must equal the attention's head_dim ({})", self.head_dim()),
+                    ));
+                }
+                rope.validate()?;
+            }
+            PositionalScheme::RelativeXl { .. } => {
+                if !self.causal {
+                    return Err(AttentionError::config(
+                        "causal",
+                        self.causal,
+                        "must be true with Transformer-XL's relative attention (its distances \
+                         are those of earlier keys)",
+                    ));
+                }
+                RelativeXl::sinusoids(self.d_model).validate()?;
+            }
             PositionalScheme::None => {}
         }
         Ok(())
@@ -262,9 +313,17 @@ impl MultiHeadAttentionConfig {
                 .init(device)
         };
         let (mut rope, mut alibi, mut relative) = (None, None, None);
+        let (mut xpos, mut multi_axis_rope, mut relative_xl) = (None, None, None);
         match &self.positional {
             PositionalScheme::None => {}
             PositionalScheme::Rope(config) => rope = Some(config.try_init(device)?),
+            PositionalScheme::Xpos(config) => xpos = Some(config.try_init(device)?),
+            PositionalScheme::MultiAxisRope(config) => {
+                multi_axis_rope = Some(config.try_init(device)?)
+            }
+            PositionalScheme::RelativeXl { mem_len } => {
+                relative_xl = Some(RelativeXl::new(self, *mem_len, device)?)
+            }
             PositionalScheme::Alibi { max_bias } => {
                 alibi = Some(
                     AlibiConfig::new(self.n_heads)
@@ -288,6 +347,9 @@ impl MultiHeadAttentionConfig {
             rope,
             alibi,
             relative,
+            xpos,
+            multi_axis_rope,
+            relative_xl,
             dropout: DropoutConfig::new(self.dropout).init(),
             config: self.clone(),
         })

@@ -1,5 +1,6 @@
 //! Multi-head attention for [Burn](https://burn.dev) that takes any positional scheme from the
-//! `positional` crate: RoPE (every layout and scaling), ALiBi, or none (NoPE), with grouped and
+//! `positional` crate: RoPE (every layout and scaling), ALiBi, T5's relative bias, xPos, multi-axis
+//! RoPE, Transformer-XL's relative attention with its segment memory, or none (NoPE), with grouped and
 //! multi-query key/value heads, causal and padding masks, and a KV cache for decoding.
 //!
 //! Absolute encodings (sinusoidal, learned) are added to the token embeddings before the first
@@ -40,6 +41,7 @@ mod config;
 pub mod error;
 mod kernels;
 mod paths;
+mod relative_xl;
 
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
@@ -47,6 +49,7 @@ pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 pub use error::AttentionError;
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};
+pub use relative_xl::RelativeXl;
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

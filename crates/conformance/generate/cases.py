@@ -44,12 +44,38 @@ Kinds:
   token index (key j <= query i), padding by ``padding_mask`` (1 = token, 0 = a padding key no query
   attends to); a query with no visible key has a zero context, so its output row is ``b_o`` (or 0).
   With ``decode_prefill`` the expected values are the same.
+- ``xpos``: xPos (Sun et al. 2022): q and k rotated at ``positions`` by pairs (2i, 2i+1) of the
+  first ``rotary_dim`` features, angle ``p * base^(-2i/rotary_dim)``, and scaled by
+  ``zeta_i^((p - scale_center)/scale_base)`` (q) or its reciprocal (k),
+  ``zeta_i = (i/(rotary_dim/2) + gamma)/(1 + gamma)``; expected ``q``, ``k``, ``inv_freq``,
+  ``zeta`` and the query's ``scale [seq, rotary_dim/2]``.
+- ``relative_xl``: Transformer-XL relative attention (Dai et al. 2019, section 3.3) over
+  ``cat(mems, x)``: for keys ``j <= M + i``,
+  ``A[i, j] = (q_i.k_j + q_i.W_R R_{M+i-j} + u.k_j + v.W_R R_{M+i-j}) / sqrt(d_head)``, ``R_t`` the
+  ``[sin | cos]`` halves of ``t * 10000^(-2l/d_model)``; expected ``y`` (before dropout, residual
+  and LayerNorm), ``scores`` (masked entries stored as 0), ``r`` (``R_0 .. R_{K-1}``) and
+  ``new_mems`` (the last ``mem_len`` rows of ``cat(mems, x)``).
+- ``rope_nd``: multi-axis RoPE: pair j turns by ``positions[b, s, pair_axis[j]] * inv_freq[j]``, for
+  ``axial`` (2D patches, one ``head_dim/4`` ladder per axis), ``mrope`` (Qwen2-VL contiguous t/h/w
+  sections) and ``mrope_interleaved`` (Qwen3-VL); ``half`` or ``interleaved`` pairing as ``rope``;
+  expected ``q``, ``k``, ``inv_freq``, ``pair_axis``, ``cos``, ``sin [batch, seq, head_dim/2]``.
 
 Attention spec fields, besides ``batch``, ``seq`` and ``decode_prefill``: at most one padding field,
 ``valid_lengths`` (right padding), ``left_pad`` (left padding, as in batched generation) or
 ``padding_mask`` (rows of 1 and 0, e.g. a gap); and ``positions``, rows of ``seq`` integers or
 ``"cumsum_mask"``, ``clamp(cumsum(padding_mask, dim=1) - 1, min=0)`` from the spec's padding mask
 (the position_ids Hugging Face generate passes for a padded batch; ``0..seq`` without padding).
+
+xpos spec fields: ``batch``, ``q_heads``, ``k_heads``, ``seq`` and ``offset`` or explicit
+``positions`` (as rope), and ``scale_center`` (0 when absent). relative_xl: ``batch``, ``seq``,
+``mem`` (memory length M, 0 for none), and to build rejected inputs ``mems_d_model`` and
+``mems_batch``. rope_nd: ``q_heads``, ``k_heads`` and one source of positions: ``positions``
+(``[batch, seq, axes]``), ``grid [rows, cols]`` (axial: a row-major patch grid, (row, column) per
+patch, moved per batch row by ``grid_offsets`` [[row, column], ...], zeros when absent; needs
+``batch``), or ``mm_segments`` (M-RoPE: per batch row a list of ``["text", n]`` and
+``["vision", t, h, w]``, Qwen2-VL's get_rope_index: text continues from the previous maximum + 1
+with t = h = w, an image or video that starts at P gets (P + frame, P + row, P + column); every row
+must come to the same length, no padding).
 """
 
 import json
@@ -71,6 +97,14 @@ SCHEMA = 1
 F64 = torch.float64
 TORCH_VERSION = torch.__version__.split("+")[0]
 REFERENCE = f"float64, torch {TORCH_VERSION}, transformers {transformers.__version__}"
+# The kinds whose expected values are the papers' formulas written out here, with no library code.
+KIND_REFERENCES = {
+    "xpos": f"float64, torch {TORCH_VERSION}, xPos formula (Sun et al. 2022, arXiv:2212.10554)",
+    "relative_xl": f"float64, torch {TORCH_VERSION}, Transformer-XL relative attention formula "
+    "(Dai et al. 2019, section 3.3)",
+    "rope_nd": f"float64, torch {TORCH_VERSION}, multi-axis RoPE formula "
+    "(axial, Qwen2-VL / Qwen3-VL M-RoPE)",
+}
 
 # Default tolerance of a backend's output against the float64 reference.
 BASE_TOLERANCE = 1e-4
@@ -84,11 +118,29 @@ FIELD_TOLERANCES = {
         "attention_scaling": {"atol": 0.0, "rtol": 1e-6},
     },
     "alibi": {"slopes": {"atol": 0.0, "rtol": 1e-6}},
+    "xpos": {
+        "inv_freq": {"atol": 0.0, "rtol": 1e-5},
+        "zeta": {"atol": 0.0, "rtol": 1e-6},
+        "scale": {"atol": 0.0, "rtol": 1e-4},
+    },
+    "relative_xl": {
+        "r": {"atol": 1e-5, "rtol": 1e-5},
+        "new_mems": {"atol": 0.0, "rtol": 0.0},
+    },
+    "rope_nd": {
+        "inv_freq": {"atol": 0.0, "rtol": 1e-5},
+        "pair_axis": {"atol": 0.0, "rtol": 0.0},
+    },
 }
+# The base atol of fields held to an f32 angle's error: xPos's rotated q and k (times their largest
+# value), rope_nd's cos and sin; both add F32_ANGLE_ROUNDING per unit of the farthest position.
+ANGLE_TOLERANCE = {"xpos": 2e-5, "rope_nd": 1e-5}
 # `check` passes when every recomputed field is within this relative distance of the stored one.
 CHECK_LIMIT = 1e-9
 
 ROPE_SCALING_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope")
+# rope_nd: the number of position components per mode
+ROPE_ND_AXES = {"axial": 2, "mrope": 3, "mrope_interleaved": 3}
 
 
 class Rejected(ValueError):
@@ -186,6 +238,61 @@ def validate_attention(config, batch, seq, positions):
         validate_alibi({"num_heads": n_heads, "max_bias": positional["max_bias"]}, seq, seq)
     if kind == "rope":
         validate_rope_config(attention_rope_config(config), positions)
+
+
+def validate_xpos(config, q, k, positions):
+    head_dim = config["head_dim"]
+    rotary_dim = config.get("rotary_dim", head_dim)
+    require(rotary_dim >= 2 and rotary_dim % 2 == 0, "rotary_dim must be even and positive")
+    require(rotary_dim <= head_dim, "rotary_dim must be <= head_dim")
+    require(config["base"] > 0, "base must be > 0")
+    require(config["scale_base"] > 0, "scale_base must be > 0")
+    # zeta_0 = gamma / (1 + gamma) must be positive
+    require(config["gamma"] > 0, "gamma must be > 0")
+    require(positions.dim() == 1, "positions must be [seq]")
+    require(q.shape[-1] == k.shape[-1] == head_dim, "q and k must end in head_dim")
+    require(q.shape[-2] == k.shape[-2] == len(positions), "q, k and positions must share seq")
+
+
+def validate_relative_xl(config, inputs):
+    d_model, n_heads, d_head = config["d_model"], config["n_heads"], config["d_head"]
+    require(d_model >= 2 and d_model % 2 == 0, "the [sin | cos] embedding needs an even d_model")
+    require(n_heads >= 1 and d_head >= 1, "n_heads and d_head must be positive")
+    require(config["mem_len"] >= 0, "mem_len must be >= 0")
+    x, mems = inputs["x"], inputs.get("mems")
+    require(x.dim() == 3 and x.shape[-1] == d_model, "x must be [batch, seq, d_model]")
+    if mems is not None:
+        require(mems.dim() == 3 and mems.shape[-1] == d_model, "mems must end in d_model")
+        require(mems.shape[0] == x.shape[0], "mems and x must share the batch")
+    width = n_heads * d_head
+    for name in ("w_q", "w_k", "w_v", "w_r"):
+        shape = tuple(inputs[name].shape)
+        require(shape == (width, d_model), f"{name} must be [n_heads*d_head, d_model]")
+    require(tuple(inputs["w_o"].shape) == (d_model, width), "w_o must be [d_model, n_heads*d_head]")
+    for name in ("u", "v"):
+        require(tuple(inputs[name].shape) == (n_heads, d_head), f"{name} must be [n_heads, d_head]")
+
+
+def validate_rope_nd(config, q, k, positions):
+    head_dim, mode = config["head_dim"], config["mode"]
+    require(head_dim >= 2 and head_dim % 2 == 0, "head_dim must be even and positive")
+    require(config["base"] > 0, "base must be > 0")
+    require(config["layout"] in ("half", "interleaved"), f"unknown layout {config['layout']!r}")
+    require(mode in ROPE_ND_AXES, f"unknown mode {mode!r}")
+    if mode == "axial":
+        require(head_dim % 4 == 0, "axial needs head_dim % 4 == 0 (half of the pairs per axis)")
+    else:
+        section = config.get("mrope_section")
+        require(isinstance(section, list) and len(section) == 3, f"{mode} needs an mrope_section")
+        require(all(isinstance(n, int) and n >= 0 for n in section), "sections must be >= 0")
+        require(sum(section) == head_dim // 2, "mrope_section must sum to head_dim/2")
+    require(positions.dim() == 3, "positions must be [batch, seq, axes]")
+    axes = ROPE_ND_AXES[mode]
+    require(positions.shape[-1] == axes, f"{mode} positions need {axes} components")
+    require(q.shape[-1] == k.shape[-1] == head_dim, "q and k must end in head_dim")
+    batch, seq = positions.shape[0], positions.shape[1]
+    require(q.shape[0] == k.shape[0] == batch, "q, k and positions must share batch")
+    require(q.shape[-2] == k.shape[-2] == seq, "q, k and positions must share seq")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -390,12 +497,158 @@ def expected_attention(config, inputs):
     return {"y": y.detach(), "grad_x": grad_x}
 
 
+def rotate_pairs(x, cos, sin, layout):
+    """Turns the first 2 * n features of x by angles of cos, sin [..., n] (broadcast to x's rows).
+
+    ``half`` pairs (j, j + n) (Llama's rotate_half), ``interleaved`` pairs (2j, 2j+1) (GPT-J,
+    RoFormer): (a, b) -> (a cos - b sin, a sin + b cos). Features 2n.. pass through.
+    """
+    n = cos.shape[-1]
+    if layout == "half":
+        a, b = x[..., :n], x[..., n : 2 * n]
+        rotated = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    else:
+        a, b = x[..., 0 : 2 * n : 2], x[..., 1 : 2 * n : 2]
+        rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    return torch.cat((rotated, x[..., 2 * n :]), dim=-1)
+
+
+def expected_xpos(config, inputs):
+    """xPos (Sun et al. 2022): RoPE on pairs (2i, 2i+1), the query's pair i times
+    zeta_i^((p - c)/B) and the key's times zeta_i^(-(p - c)/B)."""
+    q, k, positions = inputs["q"], inputs["k"], inputs["positions"]
+    validate_xpos(config, q, k, positions)
+    rotary_dim = config.get("rotary_dim", config["head_dim"])
+    gamma, scale_base = config["gamma"], config["scale_base"]
+    i = torch.arange(rotary_dim // 2, dtype=F64)
+    inv_freq = config["base"] ** (-2 * i / rotary_dim)  # theta_i
+    zeta = (i / (rotary_dim / 2) + gamma) / (1 + gamma)
+    p = positions.to(F64)[:, None]
+    angles = p * inv_freq  # [seq, rotary_dim/2]
+    scale = zeta ** ((p - inputs["scale_center"]) / scale_base)  # the query's, [seq, rotary_dim/2]
+    cos, sin = angles.cos(), angles.sin()
+
+    def turn(x, factor):
+        """Rotates pairs (2i, 2i+1), then scales both features of pair i by factor[:, i]; the
+        features rotary_dim.. pass through, neither rotated nor scaled."""
+        passing = torch.ones(len(p), x.shape[-1] - rotary_dim, dtype=F64)
+        return rotate_pairs(x, cos, sin, "interleaved") * torch.cat(
+            (factor.repeat_interleave(2, dim=-1), passing), dim=-1
+        )
+
+    return {
+        "q": turn(q, scale),
+        "k": turn(k, 1 / scale),
+        "inv_freq": inv_freq,
+        "zeta": zeta,
+        "scale": scale,
+    }
+
+
+def relative_embedding(length, d_model):
+    """R_t for t = 0 .. length-1, [length, d_model]: [sin(t w_l) | cos(t w_l)],
+    w_l = 10000^(-2l/d_model) (Transformer-XL's PositionalEmbedding: the exponent over d_model, not
+    tensor2tensor's d/2 - 1)."""
+    w = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=F64) / d_model)
+    angles = torch.arange(length, dtype=F64)[:, None] * w
+    return torch.cat((angles.sin(), angles.cos()), dim=-1)
+
+
+def expected_relative_xl(config, inputs):
+    """Transformer-XL relative attention (Dai et al. 2019, section 3.3): the paper's four terms.
+
+    Query i sits at absolute position M + i, key j at j (the M memory rows first); query i sees the
+    keys j <= M + i at distance M + i - j.
+    """
+    validate_relative_xl(config, inputs)
+    n_heads, d_head = config["n_heads"], config["d_head"]
+    x, mems = inputs["x"], inputs.get("mems")
+    batch, seq, d_model = x.shape
+    memory = 0 if mems is None else mems.shape[1]
+    # h = cat(mems, x), [batch, K, d_model]: keys and values
+    context = x if mems is None else torch.cat((mems, x), dim=1)
+    length = memory + seq  # K
+
+    def heads(t, weight):
+        """nn.Linear without bias, then [batch, n_heads, rows, d_head]."""
+        return F.linear(t, weight).view(batch, -1, n_heads, d_head).transpose(1, 2)
+
+    query = heads(x, inputs["w_q"])
+    key, value = heads(context, inputs["w_k"]), heads(context, inputs["w_v"])
+    r = relative_embedding(length, d_model)
+    w_r_r = F.linear(r, inputs["w_r"]).view(length, n_heads, d_head)  # W_R R_t per head
+    distance = (memory + torch.arange(seq))[:, None] - torch.arange(length)[None, :]  # [seq, K]
+    visible = distance >= 0
+    # W_R R_{M+i-j} at every (i, j): [seq, K, n_heads, d_head]; masked pairs read R_0, never used
+    relative = w_r_r[distance.clamp(min=0)]
+    u, v = inputs["u"], inputs["v"]
+    a = query @ key.transpose(-1, -2)  # (a) q_i . k_j
+    b = torch.einsum("bhid,ijhd->bhij", query, relative)  # (b) q_i . W_R R_{M+i-j}
+    c = torch.einsum("hd,bhjd->bhj", u, key)[:, :, None, :]  # (c) u . k_j
+    d = torch.einsum("hd,ijhd->hij", v, relative)[None]  # (d) v . W_R R_{M+i-j}
+    scores = (a + b + c + d) / math.sqrt(d_head)
+    weights = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)
+    heads_out = (weights @ value).transpose(1, 2).reshape(batch, seq, n_heads * d_head)
+    return {
+        "y": F.linear(heads_out, inputs["w_o"]),
+        "scores": scores.masked_fill(~visible, 0.0),
+        "r": r,
+        "new_mems": context[:, max(0, length - config["mem_len"]) :],
+    }
+
+
+def rope_nd_frequencies(config):
+    """(pair_axis [head_dim/2] i64, inv_freq [head_dim/2] float64): the position component that
+    turns rotary pair j, and its frequency."""
+    head_dim, base, mode = config["head_dim"], config["base"], config["mode"]
+    j = torch.arange(head_dim // 2)
+    if mode == "axial":
+        # pairs [0, head_dim/4) turn with component 0, the rest with component 1, each with its own
+        # ladder over head_dim/4 pairs
+        quarter = head_dim // 4
+        pair_axis = (j >= quarter).to(torch.int64)
+        return pair_axis, base ** (-4 * (j % quarter).to(F64) / head_dim)
+    inv_freq = base ** (-2 * j.to(F64) / head_dim)
+    s_t, s_h, s_w = config["mrope_section"]
+    if mode == "mrope":
+        # Qwen2-VL: contiguous sections t [0, s_t), h [s_t, s_t + s_h), w the rest
+        pair_axis = (j >= s_t).to(torch.int64) + (j >= s_t + s_h).to(torch.int64)
+    else:
+        # Qwen3-VL: h at j % 3 == 1 below 3 s_h, w at j % 3 == 2 below 3 s_w, t elsewhere
+        pair_axis = torch.zeros(head_dim // 2, dtype=torch.int64)
+        pair_axis[(j % 3 == 1) & (j < 3 * s_h)] = 1
+        pair_axis[(j % 3 == 2) & (j < 3 * s_w)] = 2
+    return pair_axis, inv_freq
+
+
+def expected_rope_nd(config, inputs):
+    q, k, positions = inputs["q"], inputs["k"], inputs["positions"]
+    validate_rope_nd(config, q, k, positions)
+    pair_axis, inv_freq = rope_nd_frequencies(config)
+    batch, seq, _ = positions.shape
+    # a[b, s, j] = positions[b, s, pair_axis[j]] * inv_freq[j]
+    index = pair_axis[None, None, :].expand(batch, seq, -1)
+    angles = positions.gather(2, index).to(F64) * inv_freq
+    cos, sin = angles.cos(), angles.sin()
+    return {
+        "q": rotate_pairs(q, cos[:, None], sin[:, None], config["layout"]),
+        "k": rotate_pairs(k, cos[:, None], sin[:, None], config["layout"]),
+        "inv_freq": inv_freq,
+        "pair_axis": pair_axis,
+        "cos": cos,
+        "sin": sin,
+    }
+
+
 EXPECTED = {
     "sinusoidal": expected_sinusoidal,
     "learned": expected_learned,
     "rope": expected_rope,
     "alibi": expected_alibi,
     "attention": expected_attention,
+    "xpos": expected_xpos,
+    "relative_xl": expected_relative_xl,
+    "rope_nd": expected_rope_nd,
 }
 
 
@@ -423,15 +676,19 @@ def inputs_learned(spec, rng):
     }
 
 
+def sequence_positions(spec):
+    """positions [seq] of a rope or xpos spec: explicit, or offset .. offset + seq."""
+    if "positions" in spec:
+        return torch.tensor(spec["positions"], dtype=torch.int64)
+    offset = spec.get("offset", 0)
+    return torch.arange(offset, offset + spec["seq"], dtype=torch.int64)
+
+
 def inputs_rope(spec, rng):
     head_dim = spec["config"]["head_dim"]
     q_shape = (spec["batch"], spec["q_heads"], spec["seq"], head_dim)
     k_shape = (spec["batch"], spec["k_heads"], spec["seq"], head_dim)
-    if "positions" in spec:
-        positions = torch.tensor(spec["positions"], dtype=torch.int64)
-    else:
-        offset = spec.get("offset", 0)
-        positions = torch.arange(offset, offset + spec["seq"], dtype=torch.int64)
+    positions = sequence_positions(spec)
     return {
         "q": normal(rng, *q_shape),
         "k": normal(rng, *k_shape),
@@ -496,12 +753,107 @@ def attention_positions(spec, padding_mask):
     return torch.tensor(spec["positions"], dtype=torch.int64)
 
 
+def inputs_xpos(spec, rng):
+    positions = sequence_positions(spec)
+    head_dim = spec["config"]["head_dim"]
+    return {
+        "q": normal(rng, spec["batch"], spec["q_heads"], len(positions), head_dim),
+        "k": normal(rng, spec["batch"], spec["k_heads"], len(positions), head_dim),
+        "positions": positions,
+        "scale_center": spec.get("scale_center", 0),
+    }
+
+
+def inputs_relative_xl(spec, rng):
+    config = spec["config"]
+    d_model, batch, memory = config["d_model"], spec["batch"], spec.get("mem", 0)
+    # a rejected head count or size still shapes every weight: at least one of each
+    width = max(config["n_heads"], 1) * max(config["d_head"], 1)
+    heads = (max(config["n_heads"], 1), max(config["d_head"], 1))
+    std = 1.0 / math.sqrt(d_model)
+
+    def weight(rows, cols):
+        """nn.Linear layout, std 1/sqrt(d_model), rounded to f32 after the scaling."""
+        return (normal(rng, rows, cols) * std).to(torch.float32).to(F64)
+
+    inputs = {"x": normal(rng, batch, spec["seq"], d_model)}
+    if memory:
+        mems_shape = (spec.get("mems_batch", batch), memory, spec.get("mems_d_model", d_model))
+        inputs["mems"] = normal(rng, *mems_shape)
+    for name in ("w_q", "w_k", "w_v", "w_r"):
+        inputs[name] = weight(width, d_model)
+    inputs["w_o"] = weight(d_model, width)
+    inputs["u"] = normal(rng, *heads, std=0.5)
+    inputs["v"] = normal(rng, *heads, std=0.5)
+    return inputs
+
+
+def segment_positions(segments):
+    """Qwen2-VL's get_rope_index for one sequence: [tokens, 3] (t, h, w).
+
+    ``["text", n]``: n tokens at t = h = w = P, P + 1, ...; ``["vision", t, h, w]`` (a grid after
+    the spatial merge; t > 1 frames of a video): (P + frame, P + row, P + column), row-major; P is
+    the largest position so far + 1, so the next segment starts at P + max(t, h, w).
+
+    This is SCHEMA.md's rule ("the next text starts after the largest of them") and transformers
+    4.x's (previous maximum + 1). transformers 5.23 moves on by max(h, w) alone, which differs only
+    for a video with more frames than rows and columns: no case has one.
+    """
+    rows, start = [], 0
+    for segment in segments:
+        if segment[0] == "text":
+            p = torch.arange(segment[1]) + start
+            rows.append(torch.stack((p, p, p), dim=-1))
+            start += segment[1]
+        elif segment[0] == "vision":
+            grid = torch.meshgrid(*(torch.arange(n) for n in segment[1:]), indexing="ij")
+            rows.append(torch.stack(grid, dim=-1).reshape(-1, 3) + start)
+            start += max(segment[1:])
+        else:
+            raise SystemExit(f"unknown mm segment {segment!r}")
+    return torch.cat(rows)
+
+
+def rope_nd_positions(spec):
+    """positions [batch, seq, axes] of a rope_nd spec: explicit, a patch grid, or mm segments."""
+    if "positions" in spec:
+        return torch.tensor(spec["positions"], dtype=torch.int64)
+    if "grid" in spec:
+        rows, cols = spec["grid"]
+        grid = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+        patches = torch.stack(grid, dim=-1).reshape(-1, 2)  # (row, column), row-major
+        offsets = spec.get("grid_offsets", [[0, 0]] * spec["batch"])
+        if len(offsets) != spec["batch"]:
+            raise SystemExit(f"{spec['name']}: grid_offsets needs one [row, column] per batch row")
+        return torch.stack([patches + torch.tensor(offset) for offset in offsets])
+    if "mm_segments" in spec:
+        rows = [segment_positions(segments) for segments in spec["mm_segments"]]
+        if len({len(row) for row in rows}) != 1 or len(rows) != spec.get("batch", len(rows)):
+            raise SystemExit(f"{spec['name']}: mm_segments needs batch rows of one length")
+        return torch.stack(rows)
+    raise SystemExit(f"{spec['name']}: rope_nd needs positions, grid or mm_segments")
+
+
+def inputs_rope_nd(spec, rng):
+    positions = rope_nd_positions(spec)
+    batch, seq, _ = positions.shape
+    head_dim = spec["config"]["head_dim"]
+    return {
+        "q": normal(rng, batch, spec["q_heads"], seq, head_dim),
+        "k": normal(rng, batch, spec["k_heads"], seq, head_dim),
+        "positions": positions,
+    }
+
+
 INPUTS = {
     "sinusoidal": inputs_sinusoidal,
     "learned": inputs_learned,
     "rope": inputs_rope,
     "alibi": inputs_alibi,
     "attention": inputs_attention,
+    "xpos": inputs_xpos,
+    "relative_xl": inputs_relative_xl,
+    "rope_nd": inputs_rope_nd,
 }
 
 
@@ -527,9 +879,28 @@ def default_tolerance(kind, inputs, expected):
         # their published tolerances.
         largest = max(inputs[name].abs().max().item() for name in ("q", "k"))
         atol += F32_ANGLE_ROUNDING * inputs["positions"].max().item() * largest
+    if kind == "rope_nd":
+        # as rope: the largest position component, and the inputs q and k
+        largest = max(inputs[name].abs().max().item() for name in ("q", "k"))
+        atol += F32_ANGLE_ROUNDING * inputs["positions"].max().item() * largest
     tolerance = {"atol": atol, "rtol": BASE_TOLERANCE}
-    if kind in FIELD_TOLERANCES:
-        tolerance["fields"] = FIELD_TOLERANCES[kind]
+    fields = {}
+    if kind == "xpos":
+        # the f32 error of the angle at the farthest position, carried by the largest scaled value:
+        # max(1, max|field|) * (2e-5 + 2e-7 * max|p|) for the rotated and scaled q and k each
+        farthest = inputs["positions"].abs().max().item()
+        for name in ("q", "k"):
+            largest = max(1.0, expected[name].abs().max().item())
+            atol = largest * (ANGLE_TOLERANCE[kind] + F32_ANGLE_ROUNDING * farthest)
+            fields[name] = {"atol": atol, "rtol": BASE_TOLERANCE}
+    fields.update(FIELD_TOLERANCES.get(kind, {}))
+    if kind == "rope_nd":
+        # one cos / sin per pair: the angle's error alone, 1e-5 + 2e-7 * max position
+        farthest = inputs["positions"].abs().max().item()
+        atol = ANGLE_TOLERANCE[kind] + F32_ANGLE_ROUNDING * farthest
+        fields.update({name: {"atol": atol, "rtol": 0.0} for name in ("cos", "sin")})
+    if fields:
+        tolerance["fields"] = fields
     return tolerance
 
 
@@ -564,7 +935,7 @@ def build_case(spec):
         "name": name,
         "kind": kind,
         "about": spec.get("about", ""),
-        "reference": REFERENCE,
+        "reference": KIND_REFERENCES.get(kind, REFERENCE),
         "expect_error": expect_error,
         "tolerance": spec.get("tolerance") or default_tolerance(kind, inputs, expected),
         "config": config,

@@ -8,8 +8,9 @@ use attention::{
 };
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use positional::{
-    AlibiConfig, LearnedPositionalEmbeddingConfig, PositionalError, RopeLayout,
-    RotaryEncodingConfig, SinusoidalEncodingConfig, SinusoidalLayout,
+    AlibiConfig, LearnedPositionalEmbeddingConfig, MultiAxisMode, MultiAxisRopeConfig,
+    PositionalError, RopeLayout, RotaryEncodingConfig, SinusoidalEncodingConfig, SinusoidalLayout,
+    XposConfig,
 };
 use serde_json::{Map, Value};
 
@@ -53,6 +54,12 @@ impl From<AttentionError> for Stop {
     }
 }
 
+impl From<&str> for Stop {
+    fn from(message: &str) -> Self {
+        Self::Case(message.into())
+    }
+}
+
 impl From<String> for Stop {
     fn from(message: String) -> Self {
         Self::Case(message)
@@ -71,6 +78,9 @@ pub fn run_case(case: &Case, device: &Device) -> Outcome {
         "rope" => run_rope(case, device, &mut checker),
         "alibi" => run_alibi(case, device, &mut checker),
         "attention" => run_attention(case, device, &mut checker),
+        "xpos" => run_xpos(case, device, &mut checker),
+        "rope_nd" => run_rope_nd(case, device, &mut checker),
+        "relative_xl" => run_relative_xl(case, device, &mut checker),
         other => return Outcome::Fail(format!("unknown kind {other:?}")),
     };
     match (result, case.expect_error()) {
@@ -294,13 +304,17 @@ fn run_learned(case: &Case, device: &Device, check: &mut Checker) -> Result<(), 
     Ok(())
 }
 
+fn rope_layout(config: &Map<String, Value>) -> Result<RopeLayout, Stop> {
+    match config_str(config, "layout")? {
+        "half" => Ok(RopeLayout::Half),
+        "interleaved" => Ok(RopeLayout::Interleaved),
+        other => Err(Stop::Case(format!("unknown rope layout {other:?}"))),
+    }
+}
+
 fn rope_config(config: &Map<String, Value>) -> Result<RotaryEncodingConfig, Stop> {
     let head_dim = config_usize(config, "head_dim")?;
-    let layout = match config_str(config, "layout")? {
-        "half" => RopeLayout::Half,
-        "interleaved" => RopeLayout::Interleaved,
-        other => return Err(Stop::Case(format!("unknown rope layout {other:?}"))),
-    };
+    let layout = rope_layout(config)?;
     // generate.py's default when a case gives none.
     let max_position_embeddings = match config.get("max_position_embeddings") {
         None | Some(Value::Null) => 2048,
@@ -516,5 +530,169 @@ fn run_attention(case: &Case, device: &Device, check: &mut Checker) -> Result<()
             real_rows.as_deref(),
         );
     }
+    Ok(())
+}
+
+/// Checks `q` and `k` from the fused rotation and from the tensor-op reference, each against
+/// the expected values.
+fn check_rotated(
+    check: &mut Checker,
+    [q_out, k_out]: [Tensor<4>; 2],
+    [q_reference, k_reference]: [Tensor<4>; 2],
+) {
+    check.tensor("q", q_out.into_data());
+    check.tensor("k", k_out.into_data());
+    check.labelled("q (tensor ops)", "q", q_reference.into_data());
+    check.labelled("k (tensor ops)", "k", k_reference.into_data());
+}
+
+fn run_xpos(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let rotary_dim = match config.get("rotary_dim") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(config_usize(config, "rotary_dim")?),
+    };
+    let scale_center = case
+        .input("scale_center")?
+        .as_f64()
+        .ok_or("input `scale_center` must be a number")?;
+    let config = XposConfig::new(config_usize(config, "head_dim")?)
+        .with_rotary_dim(rotary_dim)
+        .with_theta(config_f64(config, "base", 10_000.0)?)
+        .with_scale_base(config_f64(config, "scale_base", 512.0)?)
+        .with_gamma(config_f64(config, "gamma", 0.4)?)
+        .with_scale_center(scale_center);
+    let xpos = config.try_init(device)?;
+    let q = float::<4>(&case.tensor("q")?, device)?;
+    let k = float::<4>(&case.tensor("k")?, device)?;
+    let positions = case.tensor("positions")?;
+    let ids = int::<1>(&positions, device)?;
+    let (q_out, k_out) = xpos.try_forward(q.clone(), k.clone(), ids.clone())?;
+    let angles = xpos.try_angles(ids, q.dims()[2])?;
+    let reference = [
+        angles.query.try_apply_reference(q)?,
+        angles.key.try_apply_reference(k)?,
+    ];
+    check_rotated(check, [q_out, k_out], reference);
+    let pairs = config.rotary_dim() / 2;
+    check.tensor("inv_freq", TensorData::new(config.inv_freq(), [pairs]));
+    check.tensor("zeta", TensorData::new(config.zeta(), [pairs]));
+    let scale: Vec<f64> = positions
+        .data
+        .iter()
+        .flat_map(|p| config.scale(*p as i64))
+        .collect();
+    check.tensor(
+        "scale",
+        TensorData::new(scale, [positions.data.len(), pairs]),
+    );
+    Ok(())
+}
+
+fn run_rope_nd(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let section = || -> Result<Vec<usize>, Stop> {
+        let values = config
+            .get("mrope_section")
+            .and_then(Value::as_array)
+            .ok_or("config `mrope_section` must be a list")?;
+        values
+            .iter()
+            .map(|v| v.as_u64().map(|v| v as usize))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                Stop::Case("config `mrope_section` must hold non-negative integers".into())
+            })
+    };
+    let mode = match config_str(config, "mode")? {
+        "axial" => MultiAxisMode::Axial,
+        "mrope" => MultiAxisMode::Mrope {
+            mrope_section: section()?,
+        },
+        "mrope_interleaved" => MultiAxisMode::MropeInterleaved {
+            mrope_section: section()?,
+        },
+        other => return Err(Stop::Case(format!("unknown rope_nd mode {other:?}"))),
+    };
+    let config = MultiAxisRopeConfig::new(config_usize(config, "head_dim")?, mode)
+        .with_theta(config_f64(config, "base", 10_000.0)?)
+        .with_layout(rope_layout(config)?);
+    let rope = config.try_init(device)?;
+    let q = float::<4>(&case.tensor("q")?, device)?;
+    let k = float::<4>(&case.tensor("k")?, device)?;
+    let positions = case.tensor("positions")?;
+    let ids = int::<3>(&positions, device)?;
+    let (q_out, k_out) = rope.try_forward(q.clone(), k.clone(), ids.clone())?;
+    let angles = rope.try_angles(ids, q.dims()[2])?;
+    let reference = [
+        angles.try_apply_reference(q)?,
+        angles.try_apply_reference(k)?,
+    ];
+    check_rotated(check, [q_out, k_out], reference);
+    let pairs = config.head_dim / 2;
+    check.tensor("inv_freq", TensorData::new(config.inv_freq(), [pairs]));
+    let pair_axis: Vec<i64> = config.pair_axis().iter().map(|a| *a as i64).collect();
+    check.tensor("pair_axis", TensorData::new(pair_axis, [pairs]));
+    let axes = positions.shape[2];
+    let angles: Vec<f64> = positions
+        .data
+        .chunks(axes)
+        .flat_map(|position| {
+            let position: Vec<i64> = position.iter().map(|p| *p as i64).collect();
+            rope.pair_angles(&position)
+        })
+        .collect();
+    let shape = [positions.shape[0], positions.shape[1], pairs];
+    let table = |f: fn(f64) -> f64| TensorData::new(angles.iter().map(|a| f(*a)).collect(), shape);
+    check.tensor("cos", table(f64::cos));
+    check.tensor("sin", table(f64::sin));
+    Ok(())
+}
+
+fn run_relative_xl(case: &Case, device: &Device, check: &mut Checker) -> Result<(), Stop> {
+    let config = case.config();
+    let d_model = config_usize(config, "d_model")?;
+    let n_heads = config_usize(config, "n_heads")?;
+    let attention = MultiHeadAttentionConfig::new(d_model, n_heads)
+        .with_head_dim(Some(config_usize(config, "d_head")?))
+        .with_causal(true)
+        .with_positional(PositionalScheme::RelativeXl {
+            mem_len: config_usize(config, "mem_len")?,
+        });
+    let weight = |name: &str| float::<2>(&case.tensor(name)?, device);
+    let linear = |name: &str| -> Result<LinearWeights, String> {
+        Ok(LinearWeights {
+            weight: weight(name)?,
+            bias: None,
+        })
+    };
+    let mut module = attention.try_init(device)?.try_with_pytorch_weights(
+        linear("w_q")?,
+        linear("w_k")?,
+        linear("w_v")?,
+        linear("w_o")?,
+    )?;
+    let relative_xl = module.relative_xl.take().ok_or("no relative_xl terms")?;
+    module.relative_xl =
+        Some(relative_xl.try_with_weights(weight("w_r")?, weight("u")?, weight("v")?)?);
+    let x = float::<3>(&case.tensor("x")?, device)?;
+    let mems = case
+        .optional_tensor("mems")?
+        .map(|mems| float::<3>(&mems, device))
+        .transpose()?;
+    let (mem, seq) = (mems.as_ref().map_or(0, |m| m.dims()[1]), x.dims()[1]);
+    let (y, new_mems) = module.try_forward_segment(x.clone(), mems.clone(), None)?;
+    let scores = module.try_segment_scores(x, mems)?;
+    check.tensor("y", y.into_data());
+    check.tensor("new_mems", new_mems.into_data());
+    // Keys after their query are not compared: the case stores 0 there.
+    let k_len = mem + seq;
+    let visible: Vec<f32> = (0..seq)
+        .flat_map(|i| (0..k_len).map(move |j| f32::from(u8::from(j <= mem + i))))
+        .collect();
+    let visible = Tensor::<2>::from_data(TensorData::new(visible, [seq, k_len]), device);
+    check.tensor("scores", (scores * visible.unsqueeze::<4>()).into_data());
+    let relative = module.relative_xl.as_ref().ok_or("no relative_xl terms")?;
+    check.tensor("r", relative.try_relative_table(k_len)?.into_data());
     Ok(())
 }

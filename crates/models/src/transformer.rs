@@ -474,13 +474,6 @@ impl Transformer {
                 "every layer's cache must hold the same number of tokens",
             ));
         }
-        if self.config.shared_relative_bias {
-            return Err(ModelError::input(
-                "caches",
-                caches.len(),
-                "an encoder with a shared relative bias (T5) attends to the whole input at once",
-            ));
-        }
         self.run(ids, inputs, Some(caches), checked, outputs)
     }
 
@@ -593,7 +586,12 @@ impl Transformer {
                 let relative = self.blocks[0].attention.relative.as_ref().ok_or_else(|| {
                     ModelError::config("shared_relative_bias", true, "no relative bias in layer 0")
                 })?;
-                Some(relative.try_bias(0, seq, 0, seq)?)
+                // The keys are the cache's and the new ones: queries at `past ..`, keys from
+                // the first one the cache holds.
+                let (first_key, keys) = first_cache.map_or((0, seq), |cache| {
+                    (cache.len() - cache.kept(), cache.kept() + seq)
+                });
+                Some(relative.try_bias(past, seq, first_key, keys)?)
             }
             false => None,
         };

@@ -117,6 +117,7 @@ impl LearnedPositionalEmbedding {
         match positions.into() {
             Positions::Start(offset) => self.forward_from(x, offset),
             Positions::Ids(ids) => self.forward_at(x, ids),
+            Positions::Axes(axes) => Err(Positions::axes_refused("positions", &axes)),
         }
     }
 

@@ -1,6 +1,8 @@
 //! Positional encodings for [Burn](https://burn.dev): the fixed sinusoids of "Attention Is All You
 //! Need", learned absolute embeddings (BERT, GPT-2), rotary embeddings (RoPE, with the Hugging Face
-//! scalings), ALiBi biases and T5's bucketed relative position bias, as Burn modules with Burn's conventions: an `XxxConfig`,
+//! scalings), ALiBi biases, T5's bucketed relative position bias, xPos ([`Xpos`]), multi-axis RoPE
+//! ([`MultiAxisRope`]: 2D axial, M-RoPE) and Transformer-XL's relative sinusoid
+//! ([`SinusoidalLayout::TransformerXl`]), as Burn modules with Burn's conventions: an `XxxConfig`,
 //! `init(&device)`, records that save and load, gradients through Burn's autodiff.
 //!
 //! Every fallible call has a `try_` form that returns [`PositionalError`] naming the field and
@@ -45,6 +47,7 @@ mod positions;
 pub mod relative;
 pub mod rope;
 pub mod sinusoidal;
+pub mod xpos;
 
 #[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
@@ -62,9 +65,11 @@ pub use learned::{LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig};
 pub use positions::Positions;
 pub use relative::{RelativePositionBias, RelativePositionBiasConfig};
 pub use rope::{
-    RopeFrequencies, RopeLayout, RopeScaling, RotaryAngles, RotaryEncoding, RotaryEncodingConfig,
+    MultiAxisMode, MultiAxisRope, MultiAxisRopeConfig, RopeFrequencies, RopeLayout, RopeScaling,
+    RotaryAngles, RotaryEncoding, RotaryEncodingConfig,
 };
 pub use sinusoidal::{SinusoidalEncoding, SinusoidalEncodingConfig, SinusoidalLayout};
+pub use xpos::{Xpos, XposAngles, XposConfig};
 
 #[cfg(test)]
 mod cross_backend_tests {

@@ -11,8 +11,8 @@ use crate::error::PositionalError;
 /// cache_len)` a decoding step. Per-token positions pass a tensor: a left-padded batch's
 /// `cumsum(!padding) - 1`, as Hugging Face's `generate` computes them.
 ///
-/// The enum is non-exhaustive: multi-axis positions `[batch, seq, axes]` (M-RoPE's time, height
-/// and width) join it with the schemes that read them.
+/// Multi-axis RoPE ([`MultiAxisRope`](crate::MultiAxisRope)) reads a position vector per token,
+/// [`Positions::Axes`]; every other module takes one number per token and refuses them by name.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Positions {
@@ -20,15 +20,29 @@ pub enum Positions {
     Start(usize),
     /// `[batch, seq]`: token `i` of row `b` sits at `ids[b, i]`. Positions need not be sorted.
     Ids(Tensor<2, Int>),
+    /// `[batch, seq, axes]`: token `i` of row `b` sits at the vector `axes[b, i, ..]` (an image
+    /// patch's row and column; M-RoPE's time, height and width). Hugging Face's Qwen2-VL
+    /// `position_ids [3, batch, seq]` is this tensor's `permute([2, 0, 1])`.
+    Axes(Tensor<3, Int>),
 }
 
 impl Positions {
-    /// The per-token positions, or `None` for a start offset.
+    /// The per-token positions, or `None` for a start offset (or multi-axis positions).
     pub fn ids(&self) -> Option<&Tensor<2, Int>> {
         match self {
             Self::Ids(ids) => Some(ids),
-            Self::Start(_) => None,
+            Self::Start(_) | Self::Axes(_) => None,
         }
+    }
+
+    /// The error of a module that reads one number per token when handed multi-axis positions.
+    pub(crate) fn axes_refused(input: &'static str, axes: &Tensor<3, Int>) -> PositionalError {
+        PositionalError::input(
+            input,
+            format!("multi-axis positions of dims {:?}", axes.dims()),
+            "must be a start or per-token ids [batch, seq]: only multi-axis RoPE reads a \
+             position vector per token",
+        )
     }
 
     /// [`try_into_ids`](Self::try_into_ids), or `None` where the positions are the token indices
@@ -79,6 +93,7 @@ impl Positions {
                     false => ids.repeat_dim(0, batch),
                 })
             }
+            Self::Axes(axes) => Err(Self::axes_refused(input, &axes)),
         }
     }
 
@@ -124,6 +139,13 @@ impl From<Tensor<2, Int>> for Positions {
     /// Per-token positions `[batch, seq]`.
     fn from(ids: Tensor<2, Int>) -> Self {
         Self::Ids(ids)
+    }
+}
+
+impl From<Tensor<3, Int>> for Positions {
+    /// Multi-axis positions `[batch, seq, axes]`.
+    fn from(axes: Tensor<3, Int>) -> Self {
+        Self::Axes(axes)
     }
 }
 

@@ -199,6 +199,7 @@ fn host_rows(
                 .map(|b| values[b * len..(b + 1) * len].to_vec())
                 .collect())
         }
+        Positions::Axes(axes) => Err(Positions::axes_refused(input, &axes)),
     }
 }
 

@@ -23,6 +23,11 @@ pub enum SinusoidalLayout {
     /// `[sin(p w_0) .. sin(p w_{h-1}), cos(p w_0) .. cos(p w_{h-1})]` with `h = d/2` and
     /// `w_i = base^(-i / (h - 1))` (tensor2tensor). An odd `d_model` gets one trailing zero column.
     Tensor2Tensor,
+    /// `[sin(p w_0) .. sin(p w_{h-1}), cos(p w_0) .. cos(p w_{h-1})]` with `h = d/2` and
+    /// `w_i = base^(-2i / d)`: the halves of tensor2tensor with the exponent of Vaswani et al.,
+    /// as Transformer-XL's `PositionalEmbedding` builds its relative table `R_t` (Dai et al. 2019,
+    /// section 3.3; rows at distances `t`). Needs an even `d_model`.
+    TransformerXl,
 }
 
 /// Configuration of a [`SinusoidalEncoding`].
@@ -61,11 +66,16 @@ impl SinusoidalEncodingConfig {
             ));
         }
         match self.layout {
-            SinusoidalLayout::Interleaved if !self.d_model.is_multiple_of(2) => {
+            SinusoidalLayout::Interleaved | SinusoidalLayout::TransformerXl
+                if !self.d_model.is_multiple_of(2) =>
+            {
                 Err(PositionalError::config(
                     "d_model",
                     self.d_model,
-                    "must be even for the interleaved layout (sin/cos pairs)",
+                    format!(
+                        "must be even for the {:?} layout (a sine and a cosine per frequency)",
+                        self.layout
+                    ),
                 ))
             }
             SinusoidalLayout::Tensor2Tensor if self.d_model < 2 => Err(PositionalError::config(
@@ -139,6 +149,7 @@ impl SinusoidalEncoding {
         match positions.into() {
             Positions::Start(offset) => self.forward_from(x, offset),
             Positions::Ids(ids) => self.forward_at(x, ids),
+            Positions::Axes(axes) => Err(Positions::axes_refused("positions", &axes)),
         }
     }
 
@@ -296,6 +307,15 @@ pub fn sinusoid_rows(config: &SinusoidalEncodingConfig, positions: Range<usize>)
                 }
             }
         }
+        SinusoidalLayout::TransformerXl => {
+            let inv_freq: Vec<f64> = (0..d / 2)
+                .map(|i| config.max_timescale.powf(-((2 * i) as f64) / d as f64))
+                .collect();
+            for p in positions {
+                out.extend(inv_freq.iter().map(|w| (p as f64 * w).sin() as f32));
+                out.extend(inv_freq.iter().map(|w| (p as f64 * w).cos() as f32));
+            }
+        }
         SinusoidalLayout::Tensor2Tensor => {
             let half = d / 2;
             // tensor2tensor divides by (half - 1); a single frequency would divide by zero.
@@ -399,6 +419,32 @@ mod tests {
         for (got, want) in row.iter().zip(want) {
             assert!((*got as f64 - want).abs() < 1e-7, "{row:?}");
         }
+    }
+
+    /// Transformer-XL's `PositionalEmbedding`: `inv_freq = 1 / 10000^(arange(0, d, 2) / d)`,
+    /// `cat([sin, cos])` of `t * inv_freq`.
+    #[test]
+    fn transformer_xl_rows_are_halves_with_the_exponent_over_d_model() {
+        let config = SinusoidalEncodingConfig::new(6).with_layout(SinusoidalLayout::TransformerXl);
+        let row = sinusoid_rows(&config, 7..8);
+        let w: Vec<f64> = [0.0, 2.0, 4.0]
+            .iter()
+            .map(|e| 10000f64.powf(-e / 6.0))
+            .collect();
+        let want: Vec<f64> = w
+            .iter()
+            .map(|w| (7.0 * w).sin())
+            .chain(w.iter().map(|w| (7.0 * w).cos()))
+            .collect();
+        for (got, want) in row.iter().zip(want) {
+            assert!((*got as f64 - want).abs() < 1e-7, "{row:?}");
+        }
+        assert!(
+            SinusoidalEncodingConfig::new(5)
+                .with_layout(SinusoidalLayout::TransformerXl)
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Parser;
 use examples::device::{default_backend, device};
 use examples::extrapolation::{
-    Scheme, StudySettings, evaluate, load_model, save_model, train_scheme,
+    Reading, Scheme, StudySettings, evaluate, load_model, save_model, train_scheme,
 };
 use examples::report::{SchemeResult, StudyReport};
 use examples::training::progress_bar;
@@ -22,7 +22,7 @@ struct Args {
     /// Backend: flex, ndarray, wgpu, tch, cuda, rocm or metal (those this binary was built with).
     #[arg(long, default_value = default_backend())]
     device: String,
-    /// Schemes to train, comma-separated [default: all five].
+    /// Schemes to train, comma-separated [default: all eight].
     #[arg(long, value_enum, value_delimiter = ',')]
     schemes: Vec<Scheme>,
     /// Training length L; evaluation runs at L, 2L, 4L and 8L [default: 32].
@@ -76,16 +76,18 @@ fn main() -> anyhow::Result<()> {
     let task = settings.task()?;
     let mut results = Vec::new();
     for &scheme in &settings.schemes {
-        let result = match &args.load {
+        let (result, model) = match &args.load {
             Some(folder) => {
                 let model = load_model(folder, scheme, &device)?;
-                SchemeResult {
+                let result = SchemeResult {
                     scheme,
                     train_seconds: None,
                     tokens_per_second: None,
                     final_train_loss: None,
-                    evaluations: evaluate(&model, &settings, &device)?,
-                }
+                    with_memory: false,
+                    evaluations: evaluate(&model, &settings, &device, Reading::Whole)?,
+                };
+                (result, model)
             }
             None => {
                 let progress = progress_bar(settings.schedule.steps, scheme.name());
@@ -98,16 +100,29 @@ fn main() -> anyhow::Result<()> {
                     log.tokens_per_second / 1e3,
                     log.final_loss
                 );
-                SchemeResult {
+                let result = SchemeResult {
                     scheme,
                     train_seconds: Some(log.elapsed.as_secs_f64()),
                     tokens_per_second: Some(log.tokens_per_second),
                     final_train_loss: Some(log.final_loss),
-                    evaluations: evaluate(&model, &settings, &device)?,
-                }
+                    with_memory: false,
+                    evaluations: evaluate(&model, &settings, &device, Reading::Whole)?,
+                };
+                (result, model)
             }
         };
+        // Transformer-XL reads long texts segment by segment with its memory, as the paper
+        // evaluates it: the same model again, read that way.
+        let with_memory = (scheme == Scheme::TransformerXl).then(|| SchemeResult {
+            with_memory: true,
+            evaluations: Vec::new(),
+            ..result.clone()
+        });
         results.push(result);
+        if let Some(mut with_memory) = with_memory {
+            with_memory.evaluations = evaluate(&model, &settings, &device, Reading::WithMemory)?;
+            results.push(with_memory);
+        }
     }
     if args.load.is_none() {
         std::fs::write(

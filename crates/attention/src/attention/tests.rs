@@ -2,7 +2,10 @@ use burn::tensor::module::{attention as fused_attention, attention_fallback};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 use positional::testing::{assert_close, floats};
-use positional::{RopeLayout, RotaryEncodingConfig, for_each_backend};
+use positional::{
+    MultiAxisMode, MultiAxisRopeConfig, RopeLayout, RotaryEncodingConfig, XposConfig,
+    for_each_backend,
+};
 use proptest::prelude::*;
 
 use super::*;
@@ -21,6 +24,23 @@ fn schemes(head_dim: usize) -> Vec<PositionalScheme> {
             RotaryEncodingConfig::new(head_dim).with_layout(RopeLayout::Interleaved),
         ),
     ]
+}
+
+/// [`schemes`] and those that turn queries and keys by tables of their own before any attention
+/// path runs (xPos, multi-axis RoPE): for the tests of positions and the cache, where they
+/// differ; the paths themselves see rotated queries and keys alike.
+fn every_scheme(head_dim: usize) -> Vec<PositionalScheme> {
+    let mut schemes = schemes(head_dim);
+    schemes.push(PositionalScheme::Xpos(
+        XposConfig::new(head_dim)
+            .with_scale_base(8.0)
+            .with_scale_center(3.0),
+    ));
+    schemes.push(PositionalScheme::MultiAxisRope(MultiAxisRopeConfig::new(
+        head_dim,
+        MultiAxisMode::Axial,
+    )));
+    schemes
 }
 
 /// A whole sequence and one decoding step (one query over five keys), for every scheme: this
@@ -337,13 +357,13 @@ fn property_cases() -> ProptestConfig {
 }
 
 fn decoding_equals_the_full_pass(device: &Device) {
-    proptest!(property_cases(), |(seq in 2usize..9, prefill_fraction in 0.0f64..1.0, scheme in 0usize..4, groups in 0usize..3, seed in any::<u64>())| {
+    proptest!(property_cases(), |(seq in 2usize..9, prefill_fraction in 0.0f64..1.0, scheme in 0usize..6, groups in 0usize..3, seed in any::<u64>())| {
         device.seed(seed);
         let n_kv_heads = [4, 2, 1][groups];
         let module = MultiHeadAttentionConfig::new(16, 4)
             .with_n_kv_heads(Some(n_kv_heads))
             .with_causal(true)
-            .with_positional(schemes(4)[scheme].clone())
+            .with_positional(every_scheme(4)[scheme].clone())
             .init(device);
         let x = random([2, seq, 16], device);
         let full = floats(&module.forward(x.clone(), None).into_data());
@@ -363,11 +383,11 @@ fn decoding_equals_the_full_pass(device: &Device) {
 for_each_backend!(decoding_equals_the_full_pass);
 
 fn permuting_the_batch_permutes_the_output(device: &Device) {
-    proptest!(property_cases(), |(batch in 2usize..5, seq in 1usize..6, scheme in 0usize..4, seed in any::<u64>())| {
+    proptest!(property_cases(), |(batch in 2usize..5, seq in 1usize..6, scheme in 0usize..6, seed in any::<u64>())| {
         device.seed(seed);
         let module = MultiHeadAttentionConfig::new(16, 2)
             .with_causal(true)
-            .with_positional(schemes(8)[scheme].clone())
+            .with_positional(every_scheme(8)[scheme].clone())
             .init(device);
         let x = random([batch, seq, 16], device);
         // Reverse the batch.
@@ -596,7 +616,7 @@ for_each_backend!(every_option_equals_the_reference);
 /// A left-padded row with positions counted over its tokens gives, at its tokens, what the row
 /// gives alone without padding: what batched generation relies on.
 fn left_padding_with_positions_equals_the_row_alone(device: &Device) {
-    for scheme in schemes(8) {
+    for scheme in every_scheme(8) {
         let module = MultiHeadAttentionConfig::new(32, 4)
             .with_n_kv_heads(Some(2))
             .with_causal(true)
@@ -619,7 +639,7 @@ for_each_backend!(left_padding_with_positions_equals_the_row_alone);
 /// Decoding through the cache with a sliding window equals the full pass, and the cache never
 /// holds more than the window.
 fn sliding_window_decoding_keeps_the_window(device: &Device) {
-    for scheme in schemes(8) {
+    for scheme in every_scheme(8) {
         let module = MultiHeadAttentionConfig::new(32, 4)
             .with_causal(true)
             .with_sliding_window(Some(3))
@@ -674,3 +694,64 @@ fn a_shared_relative_bias_equals_an_owned_one(device: &Device) {
     assert!(err.contains("bias.dims()"), "{err}");
 }
 for_each_backend!(a_shared_relative_bias_equals_an_owned_one);
+
+/// Multi-axis positions `[batch, seq, 3]` reach M-RoPE, in one pass and step by step through the
+/// cache alike; the same rotation applied by hand to the projections gives the same output; a
+/// scheme that reads one number per token refuses them by name.
+fn multi_axis_positions_reach_the_rotation(device: &Device) {
+    let rope = MultiAxisRopeConfig::new(
+        8,
+        MultiAxisMode::Mrope {
+            mrope_section: vec![2, 1, 1],
+        },
+    );
+    let module = MultiHeadAttentionConfig::new(16, 2)
+        .with_causal(true)
+        .with_positional(PositionalScheme::MultiAxisRope(rope.clone()))
+        .init(device);
+    // Two text tokens, a 1x2x2 image, one more text token (Qwen2-VL's convention).
+    let axes: Vec<i64> = [
+        [0, 0, 0],
+        [1, 1, 1],
+        [2, 2, 2],
+        [2, 2, 3],
+        [2, 3, 2],
+        [2, 3, 3],
+        [4, 4, 4],
+    ]
+    .concat();
+    let seq = 7;
+    let positions = Tensor::<3, Int>::from_data(TensorData::new(axes.clone(), [1, seq, 3]), device);
+    let x = random([1, seq, 16], device);
+    let inputs = |p: Tensor<3, Int>| AttentionInputs::new().with_positions(p);
+    let full = module.forward(x.clone(), inputs(positions.clone()));
+    let mut cache = KvCache::new();
+    let mut pieces = vec![module.forward_cached(
+        x.clone().narrow(1, 0, 4),
+        inputs(positions.clone().narrow(1, 0, 4)),
+        &mut cache,
+    )];
+    for t in 4..seq {
+        pieces.push(module.forward_cached(
+            x.clone().narrow(1, t, 1),
+            inputs(positions.clone().narrow(1, t, 1)),
+            &mut cache,
+        ));
+    }
+    let want = floats(&full.clone().into_data());
+    assert_close(&Tensor::cat(pieces, 1).into_data(), &want, 1e-4);
+    // Text positions alone differ from the image's: the positions were read.
+    let text = module.forward(x.clone(), None);
+    let moved = floats(&text.into_data())
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(moved > 1e-3, "{moved}");
+    let plain = MultiHeadAttentionConfig::new(16, 2)
+        .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(8)))
+        .init(device);
+    let error = plain.try_forward(x, inputs(positions)).unwrap_err();
+    assert!(error.to_string().contains("multi-axis"), "{error}");
+}
+for_each_backend!(multi_axis_positions_reach_the_rotation);

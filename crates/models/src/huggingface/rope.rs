@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use positional::{RopeLayout, RopeScaling, RotaryEncodingConfig};
+use positional::{
+    MultiAxisMode, MultiAxisRopeConfig, RopeLayout, RopeScaling, RotaryEncodingConfig,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -65,11 +67,17 @@ struct RopeParameters {
     high_freq_factor: Option<f64>,
     short_factor: Option<Vec<f64>>,
     long_factor: Option<Vec<f64>>,
+    /// M-RoPE's pairs per component (t, h, w): Qwen2-VL, Qwen2.5-VL, Qwen3-VL.
+    mrope_section: Option<Vec<usize>>,
+    /// Qwen3-VL's spread of the components over the pairs.
+    mrope_interleaved: Option<bool>,
 }
 
 /// The keys of a `rope_parameters` / `rope_scaling` dict that transformers reads: an object
 /// under any other key makes the dict one per layer type.
-const ROPE_PARAMETERS: [&str; 18] = [
+const ROPE_PARAMETERS: [&str; 20] = [
+    "mrope_section",
+    "mrope_interleaved",
     "rope_type",
     "type",
     "rope_theta",
@@ -165,6 +173,60 @@ pub fn rope_configs(
     Ok(configs)
 }
 
+/// The multi-axis RoPE of a vision-language model's text layers, when its RoPE dict has an
+/// `mrope_section`: Qwen2-VL and Qwen2.5-VL (contiguous sections), Qwen3-VL (interleaved; also
+/// any dict with `mrope_interleaved: true`). `None` for a model with plain RoPE. The config may be
+/// the whole model's (its `text_config` is read) or the text model's.
+///
+/// Its positions are `[batch, seq, 3]`: transformers' `position_ids [3, batch, seq]` permuted.
+/// Text tokens have `t = h = w`; an image after `P` tokens has `(P, P + row, P + column)`, a
+/// video's frames add their index to `t`; the next text starts after the largest of them.
+///
+/// M-RoPE with a frequency scaling or partial rotary is refused by name: the published models
+/// have neither.
+pub fn multi_axis_rope_config(
+    config: &HuggingFaceConfig,
+) -> Result<Option<MultiAxisRopeConfig>, ModelError> {
+    let text = match config.json().get("text_config") {
+        Some(text) => HuggingFaceConfig::from_json(&text.to_string())?,
+        None => config.clone(),
+    };
+    let fields: RopeFields = text.parse()?;
+    let RopeParams::Shared(dict) = rope_params(&fields)? else {
+        return Ok(None);
+    };
+    let at = params_key(&fields);
+    let params: RopeParameters = parse_value(&Value::Object(dict.clone()), at)?;
+    let Some(mrope_section) = params.mrope_section.clone() else {
+        return Ok(None);
+    };
+    let rope = settings(&fields, dict, at)?;
+    if let Some(scaling) = &rope.scaling {
+        return Err(ModelError::config(
+            "rope_type",
+            scaling.rope_type(),
+            "is not implemented with mrope_section (M-RoPE turns at the default frequencies)",
+        ));
+    }
+    if rope.rotary_dim() != rope.head_dim {
+        return Err(ModelError::config(
+            "partial_rotary_factor",
+            rope.rotary_dim() as f64 / rope.head_dim as f64,
+            "must be 1 with mrope_section: every pair of the head turns with a component",
+        ));
+    }
+    let qwen3_vl = [config.model_type(), text.model_type()]
+        .iter()
+        .any(|t| t.starts_with("qwen3_vl"));
+    let mode = match params.mrope_interleaved.unwrap_or(qwen3_vl) {
+        true => MultiAxisMode::MropeInterleaved { mrope_section },
+        false => MultiAxisMode::Mrope { mrope_section },
+    };
+    let multi_axis = MultiAxisRopeConfig::new(rope.head_dim, mode).with_theta(rope.theta);
+    multi_axis.validate()?;
+    Ok(Some(multi_axis))
+}
+
 /// A `rope_scaling` / `rope_parameters` dict alone (`{"rope_type": "yarn", "factor": 4.0, ...}`;
 /// `type` is accepted for `rope_type`). `default` (or no type) is `None`.
 ///
@@ -256,6 +318,8 @@ fn scaling(
         .or(params.legacy_type.as_deref())
     {
         None => "default",
+        // Qwen2-VL's files name M-RoPE as a type; its frequencies are the default's.
+        Some("mrope") => "default",
         // Phi-3's checkpoints predate the name: transformers' Phi3Config renames both.
         Some("su") => "longrope",
         Some("yarn") if model_type == "phi3" => "longrope",
@@ -439,6 +503,48 @@ mod tests {
         );
         let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         read(&json).unwrap()
+    }
+
+    fn multi_axis_fixture(name: &str) -> Option<MultiAxisRopeConfig> {
+        let path = format!(
+            "{}/tests/huggingface/{name}.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        multi_axis_rope_config(&HuggingFaceConfig::from_json(&json).unwrap()).unwrap()
+    }
+
+    /// Qwen2-VL's file (transformers 4: `rope_scaling.type = "mrope"` at the top level) and
+    /// Qwen3-VL's (transformers 5: the text model's `text_config`, interleaved).
+    #[test]
+    fn mrope_sections_are_read_into_the_multi_axis_rope() {
+        let qwen2 = multi_axis_fixture("qwen2-vl-7b-instruct").unwrap();
+        assert_eq!(qwen2.head_dim, 128);
+        assert_eq!(qwen2.theta, 1e6);
+        assert_eq!(
+            qwen2.mode,
+            MultiAxisMode::Mrope {
+                mrope_section: vec![16, 24, 24]
+            }
+        );
+        let qwen3 = multi_axis_fixture("qwen3-vl-8b-instruct").unwrap();
+        assert_eq!((qwen3.head_dim, qwen3.theta), (128, 5e6));
+        assert_eq!(
+            qwen3.mode,
+            MultiAxisMode::MropeInterleaved {
+                mrope_section: vec![24, 20, 20]
+            }
+        );
+        // Plain RoPE is not multi-axis; a section that does not cover the head is an error.
+        assert!(multi_axis_fixture("llama-3.1-8b").is_none());
+        let bad = r#"{"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 2,
+            "rope_scaling": {"type": "mrope", "mrope_section": [4, 4, 4]}}"#;
+        let error = multi_axis_rope_config(&HuggingFaceConfig::from_json(bad).unwrap());
+        assert!(error.unwrap_err().to_string().contains("mrope_section"));
+        let scaled = r#"{"model_type": "qwen2_vl", "hidden_size": 64, "num_attention_heads": 2,
+            "rope_scaling": {"type": "linear", "factor": 2.0, "mrope_section": [4, 6, 6]}}"#;
+        let error = multi_axis_rope_config(&HuggingFaceConfig::from_json(scaled).unwrap());
+        assert!(error.unwrap_err().to_string().contains("rope_type"));
     }
 
     /// Gemma 3's `rope_parameters`: one dict per layer type.

@@ -16,11 +16,13 @@
 //! ([`RotaryAngles::try_apply_reference`]).
 
 mod frequencies;
+pub mod multi_axis;
 use crate::kernels::rope as fused;
 pub mod reference;
 
 pub use frequencies::{RopeFrequencies, RopeScaling, default_inv_freq, rope_frequencies};
 pub use fused::RotaryBackend;
+pub use multi_axis::{MultiAxisMode, MultiAxisRope, MultiAxisRopeConfig};
 
 use burn::config::Config;
 use burn::module::Module;
@@ -285,6 +287,7 @@ impl RotaryEncoding {
                 }
                 self.angles_at(ids)
             }
+            Positions::Axes(axes) => Err(Positions::axes_refused("positions", &axes)),
         }
     }
 
@@ -456,6 +459,49 @@ impl RotaryEncoding {
 }
 
 impl RotaryAngles {
+    /// Angles from `[rows, seq, rotary_dim]` tables made by [`pair_tables`] on the host, for
+    /// schemes other than plain RoPE (xPos, multi-axis RoPE) that rotate through the same kernels.
+    pub(crate) fn from_host_tables(
+        (cos, sin): (Vec<f32>, Vec<f32>),
+        [rows, seq, rotary_dim]: [usize; 3],
+        layout: RopeLayout,
+        head_dim: usize,
+        device: &Device,
+    ) -> Self {
+        let shape = [rows, seq, rotary_dim];
+        Self::from_table_rows(
+            [
+                Tensor::from_data(TensorData::new(cos, shape), device),
+                Tensor::from_data(TensorData::new(sin, shape), device),
+            ],
+            (0, seq),
+            layout,
+            head_dim,
+            Tensor::from_ints([1, 0], device),
+        )
+    }
+
+    /// Angles whose positions are rows `table_offset .. table_offset + seq` of `[rows, _,
+    /// rotary_dim]` cos and sin tables on the device (a table precomputed at init, read in place);
+    /// `halves_swapped` is `[1, 0]` on their device, uploaded once by the caller.
+    pub(crate) fn from_table_rows(
+        [cos, sin]: [Tensor<3>; 2],
+        (table_offset, seq): (usize, usize),
+        layout: RopeLayout,
+        head_dim: usize,
+        halves_swapped: Tensor<1, Int>,
+    ) -> Self {
+        Self {
+            cos,
+            sin,
+            table_offset,
+            seq,
+            halves_swapped,
+            layout,
+            head_dim,
+        }
+    }
+
     /// Rotates the first `rotary_dim` features of `x`; the rest pass through.
     ///
     /// [`RotaryBackend`] on the backends this crate implements it for, else
@@ -592,16 +638,37 @@ fn angle_tables(
     frequencies: &RopeFrequencies,
     layout: RopeLayout,
 ) -> (Vec<f32>, Vec<f32>) {
-    let width = 2 * frequencies.inv_freq.len();
-    let mut cos = vec![0.0; positions.len() * width];
-    let mut sin = vec![0.0; positions.len() * width];
-    for (row, &p) in positions.iter().enumerate() {
-        for (j, &w) in frequencies.inv_freq.iter().enumerate() {
-            let (s, c) = (p as f64 * w).sin_cos();
-            let (c, s) = (
-                (c * frequencies.attention_scaling) as f32,
-                (s * frequencies.attention_scaling) as f32,
-            );
+    pair_tables(
+        positions.len(),
+        frequencies.inv_freq.len(),
+        layout,
+        |row, j| {
+            (
+                positions[row] as f64 * frequencies.inv_freq[j],
+                frequencies.attention_scaling,
+            )
+        },
+    )
+}
+
+/// The tables of [`angle_tables`] for `rows` tokens of `pairs` rotary pairs, where
+/// `angle_and_scale(row, j)` gives pair `j`'s angle at token `row` and the factor its cos and
+/// sin are multiplied by (RoPE's attention scaling, xPos's per-pair decay): every scheme that
+/// turns pairs by some angle and scales them shares the fused rotation through these.
+pub(crate) fn pair_tables(
+    rows: usize,
+    pairs: usize,
+    layout: RopeLayout,
+    angle_and_scale: impl Fn(usize, usize) -> (f64, f64),
+) -> (Vec<f32>, Vec<f32>) {
+    let width = 2 * pairs;
+    let mut cos = vec![0.0; rows * width];
+    let mut sin = vec![0.0; rows * width];
+    for row in 0..rows {
+        for j in 0..pairs {
+            let (angle, scale) = angle_and_scale(row, j);
+            let (s, c) = angle.sin_cos();
+            let (c, s) = ((c * scale) as f32, (s * scale) as f32);
             let (first, second) = reference::pair(layout, width, j);
             cos[row * width + first] = c;
             cos[row * width + second] = c;
