@@ -189,8 +189,23 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
     let out_arg = ["--out", out.to_str().unwrap()];
     let stdout = stdout_of(EXTRAPOLATION, &[&small[..], &out_arg].concat());
     let report = read_report(&out);
-    let names: Vec<&str> = report.results.iter().map(|r| r.scheme.name()).collect();
-    assert_eq!(names, ["sinusoidal", "learned", "rope", "alibi", "nope"]);
+    // Every scheme once, and Transformer-XL a second time, read segment by segment with its
+    // memory.
+    let names: Vec<String> = report.results.iter().map(|r| r.label()).collect();
+    assert_eq!(
+        names,
+        [
+            "sinusoidal",
+            "learned",
+            "rope",
+            "xpos",
+            "alibi",
+            "t5",
+            "transformer-xl",
+            "transformer-xl+mem",
+            "nope"
+        ]
+    );
     for result in &report.results {
         assert_eq!(result.evaluations.len(), 2);
         for evaluation in &result.evaluations {
@@ -216,7 +231,8 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         "{stdout}"
     );
     let csv = std::fs::read_to_string(out.join("report.csv")).unwrap();
-    assert_eq!(csv.lines().count(), 1 + 5 * 2);
+    assert_eq!(csv.lines().count(), 1 + names.len() * 2);
+    assert!(csv.contains(",transformer-xl+mem,"), "{csv}");
     assert!(
         std::fs::read_to_string(out.join("accuracy.svg"))
             .unwrap()
@@ -238,7 +254,7 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
     );
     let again = read_report(&reloaded);
     for (trained, loaded) in report.results.iter().zip(&again.results) {
-        let what = format!("{} reloaded", trained.scheme.name());
+        let what = format!("{} reloaded", trained.label());
         assert_same_evaluations(
             &trained.evaluations,
             &loaded.evaluations,
@@ -256,7 +272,7 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
     );
     let repeated = read_report(&repeat);
     for (first, second) in report.results.iter().zip(&repeated.results) {
-        let what = format!("{} repeated", first.scheme.name());
+        let what = format!("{} repeated", first.label());
         let tolerance = tolerance(backend);
         assert_close(
             first.final_train_loss,

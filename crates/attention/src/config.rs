@@ -230,15 +230,20 @@ impl MultiHeadAttentionConfig {
                 "must be in [0, 1)",
             ));
         }
+        // The rotating schemes turn whole heads of this attention.
+        let same_head_dim = |head_dim: usize| {
+            if head_dim == self.head_dim() {
+                return Ok(());
+            }
+            Err(AttentionError::config(
+                "positional.head_dim",
+                head_dim,
+                format!("must equal the attention's head_dim ({})", self.head_dim()),
+            ))
+        };
         match &self.positional {
             PositionalScheme::Rope(rope) => {
-                if rope.head_dim != self.head_dim() {
-                    return Err(AttentionError::config(
-                        "positional.head_dim",
-                        rope.head_dim,
-                        format!("must equal the attention's head_dim ({})", self.head_dim()),
-                    ));
-                }
+                same_head_dim(rope.head_dim)?;
                 rope.validate()?;
             }
             PositionalScheme::Alibi { max_bias } => {
@@ -257,23 +262,11 @@ impl MultiHeadAttentionConfig {
                 relative.validate()?;
             }
             PositionalScheme::Xpos(xpos) => {
-                if xpos.head_dim != self.head_dim() {
-                    return Err(AttentionError::config(
-                        "positional.head_dim",
-                        xpos.head_dim,
-                        format!("must equal the attention's head_dim ({})", self.head_dim()),
-                    ));
-                }
+                same_head_dim(xpos.head_dim)?;
                 xpos.validate()?;
             }
             PositionalScheme::MultiAxisRope(rope) => {
-                if rope.head_dim != self.head_dim() {
-                    return Err(AttentionError::config(
-                        "positional.head_dim",
-                        rope.head_dim,
-                        format!("must equal the attention's head_dim ({})", self.head_dim()),
-                    ));
-                }
+                same_head_dim(rope.head_dim)?;
                 rope.validate()?;
             }
             PositionalScheme::RelativeXl { .. } => {

@@ -22,7 +22,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::error::{PositionalError, or_panic, position_range_end, unallocatable_on_host};
 use crate::positions::Positions;
-use crate::rope::{RopeLayout, RotaryAngles, pair_tables, read_positions};
+use crate::rope::{RopeLayout, RotaryAngles, check_rotary_dims, pair_tables, read_positions};
 
 /// Configuration of an [`Xpos`].
 #[derive(Config, Debug, PartialEq)]
@@ -66,27 +66,7 @@ impl XposConfig {
     /// Checks the configuration without building anything.
     pub fn validate(&self) -> Result<(), PositionalError> {
         let rotary_dim = self.rotary_dim();
-        if self.head_dim == 0 {
-            return Err(PositionalError::config(
-                "head_dim",
-                self.head_dim,
-                "must be at least 1",
-            ));
-        }
-        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
-            return Err(PositionalError::config(
-                "rotary_dim",
-                rotary_dim,
-                "must be even and at least 2 (features rotate in pairs)",
-            ));
-        }
-        if rotary_dim > self.head_dim {
-            return Err(PositionalError::config(
-                "rotary_dim",
-                rotary_dim,
-                format!("must be at most head_dim ({})", self.head_dim),
-            ));
-        }
+        check_rotary_dims(self.head_dim, rotary_dim)?;
         for (field, value) in [
             ("theta", self.theta),
             ("scale_base", self.scale_base),

@@ -82,27 +82,7 @@ impl RotaryEncodingConfig {
     /// Checks the configuration without building anything.
     pub fn validate(&self) -> Result<(), PositionalError> {
         let rotary_dim = self.rotary_dim();
-        if self.head_dim == 0 {
-            return Err(PositionalError::config(
-                "head_dim",
-                self.head_dim,
-                "must be at least 1",
-            ));
-        }
-        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
-            return Err(PositionalError::config(
-                "rotary_dim",
-                rotary_dim,
-                "must be even and at least 2 (features rotate in pairs)",
-            ));
-        }
-        if rotary_dim > self.head_dim {
-            return Err(PositionalError::config(
-                "rotary_dim",
-                rotary_dim,
-                format!("must be at most head_dim ({})", self.head_dim),
-            ));
-        }
+        check_rotary_dims(self.head_dim, rotary_dim)?;
         // The frequencies (f64, computed here to check them) and one row of the tables.
         if let Some(why) = unallocatable_on_host(&[rotary_dim], 8) {
             return Err(PositionalError::config("rotary_dim", rotary_dim, why));
@@ -627,6 +607,33 @@ impl RotaryAngles {
             None => rotated,
         }
     }
+}
+
+/// `head_dim` at least 1 and `rotary_dim` even, at least 2 and at most `head_dim`: the widths of
+/// every scheme that turns the leading features of a head in pairs (RoPE, xPos).
+pub(crate) fn check_rotary_dims(head_dim: usize, rotary_dim: usize) -> Result<(), PositionalError> {
+    if head_dim == 0 {
+        return Err(PositionalError::config(
+            "head_dim",
+            head_dim,
+            "must be at least 1",
+        ));
+    }
+    if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
+        return Err(PositionalError::config(
+            "rotary_dim",
+            rotary_dim,
+            "must be even and at least 2 (features rotate in pairs)",
+        ));
+    }
+    if rotary_dim > head_dim {
+        return Err(PositionalError::config(
+            "rotary_dim",
+            rotary_dim,
+            format!("must be at most head_dim ({head_dim})"),
+        ));
+    }
+    Ok(())
 }
 
 /// Row-major `[positions.len(), rotary_dim]` tables laid out like the features they multiply:
