@@ -313,17 +313,9 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let mut cache = self.memory_cache(&x, mems)?;
         let past = cache.len();
-        let [batch, seq, _] = x.dims();
-        let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
-        let q = self
-            .query
-            .forward(x.clone())
-            .reshape([batch, seq, heads, head_dim])
-            .swap_dims(1, 2);
-        let q = match &self.query_norm {
-            Some(norm) => norm.forward(q),
-            None => q,
-        };
+        let seq = x.dims()[1];
+        let heads = self.config.n_heads;
+        let q = self.queries(x.clone());
         let (k, v) = self.keys_and_values(x);
         let keys = cache.append(k, v, None, None, None)?;
         let (k, _) = keys.held_keys_and_values();
@@ -393,6 +385,22 @@ impl MultiHeadAttention {
             cache.append(k, v, None, None, None)?;
         }
         Ok(cache)
+    }
+
+    /// Queries of `x` `[batch, len, d_model]`, `[batch, n_heads, len, head_dim]`, QK-normed where
+    /// configured, not turned by any position.
+    fn queries(&self, x: Tensor<3>) -> Tensor<4> {
+        let [batch, len, _] = x.dims();
+        let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
+        let q = self
+            .query
+            .forward(x)
+            .reshape([batch, len, heads, head_dim])
+            .swap_dims(1, 2);
+        match &self.query_norm {
+            Some(norm) => norm.forward(q),
+            None => q,
+        }
     }
 
     /// Keys and values of `x` `[batch, len, d_model]`, `[batch, kv_heads, len, head_dim]` each,
@@ -506,18 +514,9 @@ impl MultiHeadAttention {
             }
             None => None,
         };
-        let (heads, kv_heads, head_dim) = (
-            self.config.n_heads,
-            self.config.kv_heads(),
-            self.config.head_dim(),
-        );
-        let split = |t: Tensor<3>, heads| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
-        let mut q = split(self.query.forward(x.clone()), heads);
-        let mut k = split(self.key.forward(x.clone()), kv_heads);
-        let v = split(self.value.forward(x), kv_heads);
-        if let (Some(query_norm), Some(key_norm)) = (&self.query_norm, &self.key_norm) {
-            (q, k) = (query_norm.forward(q), key_norm.forward(k));
-        }
+        let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
+        let q = self.queries(x.clone());
+        let (k, v) = self.keys_and_values(x);
 
         // Checked before the cache changes: the keys are the kept ones and the new ones.
         let k_len = cache.as_ref().map_or(0, |cache| cache.kept()) + seq;

@@ -22,7 +22,7 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor};
 
-use crate::error::{PositionalError, or_panic, unallocatable_on_host};
+use crate::error::{PositionalError, or_panic, position_range_end, unallocatable_on_host};
 use crate::positions::Positions;
 use crate::rope::{RopeLayout, RotaryAngles, pair_tables, read_positions};
 
@@ -231,9 +231,19 @@ impl MultiAxisRope {
                 let flat = crate::ints::device_ints("positions", flat)?;
                 (read_positions(&flat)?, rows)
             }
-            scalar => {
-                let rows = Positions::batch_of(&[&scalar]);
-                let ids = scalar.try_into_ids("positions", rows, seq, &self.device)?;
+            // Text: every component the token's position. A start is counted on the host, not
+            // uploaded and read back.
+            Positions::Start(start) => {
+                position_range_end("positions", start, seq)?;
+                let range = crate::positions::start_range("positions", start, seq)?;
+                (
+                    range.flat_map(|p| std::iter::repeat_n(p, axes)).collect(),
+                    1,
+                )
+            }
+            ids => {
+                let rows = Positions::batch_of(&[&ids]);
+                let ids = ids.try_into_ids("positions", rows, seq, &self.device)?;
                 let host = read_positions(&ids)?;
                 let vectors = host.iter().flat_map(|&p| std::iter::repeat_n(p, axes));
                 (vectors.collect(), rows)
