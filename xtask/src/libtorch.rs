@@ -10,6 +10,15 @@ use xshell::{Shell, cmd};
 /// The PyTorch version `tch` 0.22 is built for.
 const TORCH_VERSION: &str = "2.9.0";
 
+/// What the reference scripts import beside torch (transformers and what its GGUF reader and
+/// loader need), pinned: the references were made with these.
+const REFERENCE_PACKAGES: [&str; 4] = [
+    "transformers==5.23.0",
+    "gguf==0.19.0",
+    "accelerate==1.15.0",
+    "numpy==2.4.6",
+];
+
 /// A ready virtual environment with `torch` installed.
 pub struct TorchVenv {
     bin: PathBuf,
@@ -60,6 +69,39 @@ impl TorchVenv {
     /// The venv's Python interpreter (`bin/python3`), with pip.
     pub fn python(&self) -> PathBuf {
         self.bin.join("python3")
+    }
+
+    /// Installs [`REFERENCE_PACKAGES`] into the venv unless they are there, saying so.
+    pub fn ensure_reference_packages(&self, sh: &Shell) -> anyhow::Result<()> {
+        let python = self.python();
+        let check = REFERENCE_PACKAGES
+            .iter()
+            .map(|requirement| {
+                let (name, version) = requirement.split_once("==").expect("pinned");
+                format!("importlib.metadata.version('{name}') == '{version}'")
+            })
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let check = format!("import importlib.metadata, sys; sys.exit(not ({check}))");
+        if cmd!(sh, "{python} -c {check}")
+            .quiet()
+            .ignore_stderr()
+            .run()
+            .is_ok()
+        {
+            return Ok(());
+        }
+        eprintln!(
+            "xtask: installing {} into the venv (first run only)",
+            REFERENCE_PACKAGES.join(" ")
+        );
+        let packages = REFERENCE_PACKAGES;
+        cmd!(
+            sh,
+            "{python} -m pip install --quiet --disable-pip-version-check {packages...}"
+        )
+        .run()
+        .context("installing the reference packages into the venv")
     }
 
     /// Sets what building and running against libtorch needs, for as long as the guards live.

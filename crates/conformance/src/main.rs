@@ -1,8 +1,10 @@
-//! `conformance --backend NAME [--cases DIR ...] [--models DIR ...] [--embeddings FILE --embed-model DIR]`
+//! `conformance --backend NAME [--cases DIR ...] [--models DIR ...] [--embeddings FILE --embed-model DIR]
+//! [--pretrained FILE --pretrained-model PATH ...]`
 //!
 //! Runs every case file of the `--cases` directories, every checkpoint directory inside the
 //! `--models` directories and the sentence-embedding reference `--embeddings` (with the model
-//! directory `--embed-model`) on one backend and prints one tab-separated line per case:
+//! directory `--embed-model`) and the real-model references `--pretrained` (each with the GGUF file or
+//! Hugging Face directory `--pretrained-model` that follows it) on one backend and prints one tab-separated line per case:
 //! `case  NAME  pass|FAIL  MAX_ERROR  DETAIL` (`checkpoint  NAME ...` for checkpoints),
 //! after a first line
 //! `backend  NAME  ready|FAIL  DETAIL`. A backend that cannot start is reported, not skipped, and
@@ -13,7 +15,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use burn::tensor::{Device, Tensor};
-use conformance::{Case, Outcome, backends, run_case, run_checkpoint, run_embeddings};
+use conformance::{
+    Case, Outcome, backends, run_case, run_checkpoint, run_embeddings, run_pretrained,
+};
 
 fn main() -> ExitCode {
     let Args {
@@ -21,12 +25,13 @@ fn main() -> ExitCode {
         dirs,
         model_dirs,
         embeddings,
+        pretrained,
     } = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             eprintln!(
                 "{message}\nusage: conformance --backend NAME [--cases DIR ...] [--models DIR ...] \
-                 [--embeddings FILE --embed-model DIR]"
+                 [--embeddings FILE --embed-model DIR] [--pretrained FILE --pretrained-model PATH ...]"
             );
             return ExitCode::from(64);
         }
@@ -111,6 +116,22 @@ fn main() -> ExitCode {
         .unwrap_or_else(|panic| Outcome::Fail(format!("panicked: {}", panic_message(&panic))));
         print_line("checkpoint", &name, outcome_fields(outcome));
     }
+    for (reference, model) in &pretrained {
+        // `smollm2 (gguf)`, `smollm2 (hf)`: one row per form of the model.
+        let form = match model.extension().is_some_and(|e| e == "gguf") {
+            true => "gguf",
+            false => "hf",
+        };
+        let name = reference
+            .file_stem()
+            .map(|n| format!("{} ({form})", n.to_string_lossy()))
+            .unwrap_or_default();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            run_pretrained(reference, model, &device)
+        }))
+        .unwrap_or_else(|panic| Outcome::Fail(format!("panicked: {}", panic_message(&panic))));
+        print_line("checkpoint", &name, outcome_fields(outcome));
+    }
     ExitCode::SUCCESS
 }
 
@@ -147,6 +168,8 @@ struct Args {
     model_dirs: Vec<PathBuf>,
     /// The reference file and the model directory.
     embeddings: Option<(PathBuf, PathBuf)>,
+    /// Each reference file and the model (GGUF file or directory) it runs on.
+    pretrained: Vec<(PathBuf, PathBuf)>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -154,6 +177,8 @@ fn parse_args() -> Result<Args, String> {
     let mut dirs = Vec::new();
     let mut model_dirs = Vec::new();
     let (mut reference, mut model) = (None, None);
+    let mut pretrained = Vec::new();
+    let mut pretrained_reference = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut path = |what: &str| {
@@ -167,6 +192,14 @@ fn parse_args() -> Result<Args, String> {
             "--models" => model_dirs.push(path("a directory")?),
             "--embeddings" => reference = Some(path("a file")?),
             "--embed-model" => model = Some(path("a directory")?),
+            "--pretrained" => pretrained_reference = Some(path("a file")?),
+            "--pretrained-model" => {
+                let model = path("a GGUF file or a directory")?;
+                let reference = pretrained_reference
+                    .clone()
+                    .ok_or("--pretrained-model follows a --pretrained FILE")?;
+                pretrained.push((reference, model));
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -176,14 +209,20 @@ fn parse_args() -> Result<Args, String> {
         (None, None) => None,
         _ => return Err("--embeddings and --embed-model go together".into()),
     };
-    if dirs.is_empty() && model_dirs.is_empty() && embeddings.is_none() {
-        return Err("at least one --cases, --models or --embeddings is required".into());
+    if pretrained_reference.is_some() && pretrained.is_empty() {
+        return Err("--pretrained needs a --pretrained-model after it".into());
+    }
+    if dirs.is_empty() && model_dirs.is_empty() && embeddings.is_none() && pretrained.is_empty() {
+        return Err(
+            "at least one --cases, --models, --embeddings or --pretrained is required".into(),
+        );
     }
     Ok(Args {
         backend,
         dirs,
         model_dirs,
         embeddings,
+        pretrained,
     })
 }
 

@@ -24,23 +24,29 @@
 //! ```
 
 pub mod block;
+pub mod chat;
 pub mod error;
 pub mod experts;
 mod families;
 pub mod generate;
+pub mod gguf;
 pub mod huggingface;
 pub mod mlp;
 pub mod norm;
+mod pretrained;
 pub mod sentence;
 pub mod transformer;
 
 pub use block::{Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig};
+pub use chat::{ChatTemplate, Message};
 pub use error::ModelError;
 pub use experts::{MixtureOfExperts, MixtureOfExpertsConfig};
 pub use generate::{GenerationConfig, Step};
+pub use gguf::from_gguf;
 pub use huggingface::{architecture, from_checkpoint, from_pretrained};
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use norm::{Norm, NormConfig, NormKind};
+pub use pretrained::Pretrained;
 pub use sentence::SentenceEmbedder;
 /// Hugging Face's tokenizers, as this crate reads `tokenizer.json`.
 pub use tokenizers;

@@ -1,36 +1,57 @@
-//! Text generation from a Hugging Face decoder checkpoint directory (any of the crate's decoder
-//! families): `generate --model DIR [--prompt TEXT | --ids 1,2,3] [sampling flags]`.
+//! Text generation from a model you have: a GGUF file or a Hugging Face decoder directory (any of
+//! the crate's decoder families).
 //!
-//! With a `tokenizer.json` in the directory the prompt is text and the output is streamed as
-//! text; without one, prompt and output are token ids. Tokens are printed as they come, and
-//! tokens/s at the end.
+//! ```text
+//! generate --model SmolLM2-135M-Instruct.Q4_1.gguf --chat "What is the capital of France?"
+//! generate --model path/to/hf-dir --prompt "Once upon a time"
+//! generate --model path/to/hf-dir --interactive
+//! ```
+//!
+//! `--prompt` is plain text, `--chat` one user message through the model's chat template,
+//! `--interactive` a conversation on the terminal (history kept, each reply streamed; Ctrl-D
+//! ends it), `--ids` token ids for a model without a tokenizer. Tokens are printed as they come
+//! and tokens/s at the end; `--json` prints one JSON object instead:
+//! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s}`.
 
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
 use examples::device::{default_backend, device};
-use models::GenerationConfig;
-use models::tokenizers::Tokenizer;
-use serde_json::Value;
+use models::{GenerationConfig, Message, Pretrained};
 
 #[derive(Parser, Debug)]
-#[command(about = "Generate text from a Hugging Face decoder checkpoint directory.")]
+#[command(about = "Generate text from a GGUF file or a Hugging Face decoder directory.")]
 struct Args {
-    /// The model directory: config.json and model.safetensors (tokenizer.json when it has one).
+    /// A GGUF file, or a directory with config.json and model.safetensors (tokenizer.json and a
+    /// chat template when it has them).
     #[arg(long)]
     model: PathBuf,
     /// Backend: flex, ndarray, wgpu, tch, cuda, rocm or metal (those this binary was built with).
     #[arg(long, default_value = default_backend())]
     device: String,
-    /// The prompt as text (needs tokenizer.json).
-    #[arg(long, conflicts_with = "ids")]
+    /// The prompt as plain text, tokenised with the tokenizer's special tokens (BOS where the
+    /// model adds one).
+    #[arg(long, conflicts_with_all = ["ids", "chat", "interactive"])]
     prompt: Option<String>,
+    /// One user message, through the model's chat template.
+    #[arg(long, conflicts_with_all = ["ids", "interactive"])]
+    chat: Option<String>,
+    /// A conversation on the terminal: one line per message, Ctrl-D to end.
+    #[arg(long, conflicts_with_all = ["ids", "json"])]
+    interactive: bool,
+    /// A system message before the conversation (--chat and --interactive).
+    #[arg(long)]
+    system: Option<String>,
     /// The prompt as comma-separated token ids.
     #[arg(long, value_delimiter = ',')]
     ids: Vec<u32>,
+    /// Print one JSON object (prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s)
+    /// instead of streaming.
+    #[arg(long)]
+    json: bool,
     /// New tokens at most.
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
@@ -49,7 +70,7 @@ struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Stop tokens, comma-separated [default: the checkpoint's eos_token_id].
+    /// Stop tokens, comma-separated [default: the model's end-of-sequence tokens].
     #[arg(long, value_delimiter = ',')]
     stop: Vec<u32>,
 }
@@ -58,31 +79,10 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let device = device(&args.device)?;
     let loading = Instant::now();
-    let model = models::from_pretrained(&args.model, &device)
+    let pretrained = Pretrained::load(&args.model, &device)
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let tokenizer_path = args.model.join("tokenizer.json");
-    let tokenizer = match tokenizer_path.is_file() {
-        true => Some(
-            Tokenizer::from_file(&tokenizer_path)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", tokenizer_path.display()))?,
-        ),
-        false => None,
-    };
-    let prompt: Vec<u32> = match (&args.prompt, &tokenizer) {
-        (Some(text), Some(tokenizer)) => tokenizer
-            .encode(text.as_str(), true)
-            .map_err(|e| anyhow::anyhow!("tokenising the prompt: {e}"))?
-            .get_ids()
-            .to_vec(),
-        (Some(_), None) => bail!(
-            "--prompt needs {} (or give token ids with --ids)",
-            tokenizer_path.display()
-        ),
-        (None, _) if !args.ids.is_empty() => args.ids.clone(),
-        (None, _) => bail!("give a prompt: --prompt TEXT or --ids 1,2,3"),
-    };
     let stop = match args.stop.is_empty() {
-        true => eos_tokens(&args.model)?,
+        true => pretrained.stop_tokens.clone(),
         false => args.stop.clone(),
     };
     let config = GenerationConfig::new()
@@ -92,84 +92,216 @@ fn main() -> anyhow::Result<()> {
         .with_top_k(args.top_k)
         .with_top_p(args.top_p)
         .with_seed(args.seed)
-        .with_stop_tokens(stop);
+        .with_stop_tokens(stop.clone());
     eprintln!(
-        "{} ({} layers) on {} in {:.1} s; prompt: {} tokens",
-        model_type(&args.model)?,
-        model.blocks.len(),
+        "{} ({} layers) on {} in {:.1} s",
+        pretrained.model_type,
+        pretrained.model.blocks.len(),
         args.device,
         loading.elapsed().as_secs_f64(),
-        prompt.len()
     );
+    let mut session = Session {
+        pretrained: &pretrained,
+        config: &config,
+        stop: &stop,
+        messages: args
+            .system
+            .iter()
+            .map(|system| Message::new("system", system))
+            .collect(),
+    };
 
-    let mut out = std::io::stdout().lock();
-    let mut generated: Vec<u32> = Vec::new();
-    let mut printed = String::new();
-    let started = Instant::now();
-    let mut first_token = None;
-    model.try_generate_with(std::slice::from_ref(&prompt), &config, |step| {
-        let Some(token) = step.tokens[0] else {
-            return;
-        };
-        first_token.get_or_insert_with(|| started.elapsed());
-        generated.push(token);
-        // Decoding the whole output and printing what is new keeps multi-token characters whole.
-        match &tokenizer {
-            Some(tokenizer) => {
-                if let Ok(text) = tokenizer.decode(&generated, true)
-                    && text.starts_with(&printed)
-                {
-                    let _ = write!(out, "{}", &text[printed.len()..]);
-                    printed = text;
-                }
-            }
-            None => {
-                let _ = write!(out, "{token} ");
-            }
+    if args.interactive {
+        return session.converse();
+    }
+    let prompt = match (&args.prompt, &args.chat) {
+        (Some(text), _) => session.encode(text, true)?,
+        (None, Some(message)) => {
+            session.messages.push(Message::new("user", message));
+            session.chat_prompt()?
         }
-        let _ = out.flush();
-    })?;
-    let elapsed = started.elapsed();
-    writeln!(out)?;
-    let first = first_token.unwrap_or(elapsed);
-    let rest = generated.len().saturating_sub(1);
-    eprintln!(
-        "{} tokens in {:.3} s: {:.1} tokens/s ({:.1} tokens/s after the first, which took {:.1} ms \
-         with the prompt)",
-        generated.len(),
-        elapsed.as_secs_f64(),
-        generated.len() as f64 / elapsed.as_secs_f64(),
-        rest as f64 / (elapsed - first).as_secs_f64().max(1e-9),
-        first.as_secs_f64() * 1e3
-    );
+        (None, None) if !args.ids.is_empty() => args.ids.clone(),
+        (None, None) => {
+            bail!("give a prompt: --prompt TEXT, --chat MESSAGE, --interactive or --ids 1,2,3")
+        }
+    };
+    let stream = !args.json;
+    let reply = session.generate(&prompt, stream)?;
+    if args.json {
+        let json = serde_json::json!({
+            "prompt_ids": prompt,
+            "new_ids": reply.ids,
+            "text": reply.text,
+            "prefill_s": reply.prefill.as_secs_f64(),
+            "decode_s": reply.decode.as_secs_f64(),
+            "tokens_per_s": reply.tokens_per_s(),
+        });
+        println!("{json}");
+    } else {
+        println!();
+        reply.report(prompt.len());
+    }
     Ok(())
 }
 
-/// `model_type` of the directory's `config.json`.
-fn model_type(dir: &std::path::Path) -> anyhow::Result<String> {
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
-    Ok(config["model_type"].as_str().unwrap_or("?").to_owned())
+/// The model, the generation settings and the conversation so far.
+struct Session<'a> {
+    pretrained: &'a Pretrained,
+    config: &'a GenerationConfig,
+    stop: &'a [u32],
+    messages: Vec<Message>,
 }
 
-/// The end-of-sequence ids of `generation_config.json`, else `config.json`.
-fn eos_tokens(dir: &std::path::Path) -> anyhow::Result<Vec<u32>> {
-    for file in ["generation_config.json", "config.json"] {
-        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
-            continue;
+/// What one generation gave.
+struct Reply {
+    ids: Vec<u32>,
+    /// Decoded without the special tokens (ids when there is no tokenizer).
+    text: String,
+    /// The prompt's pass, up to the first new token.
+    prefill: Duration,
+    /// Every new token after the first.
+    decode: Duration,
+}
+
+impl Reply {
+    /// Tokens per second after the first.
+    fn tokens_per_s(&self) -> f64 {
+        self.ids.len().saturating_sub(1) as f64 / self.decode.as_secs_f64().max(1e-9)
+    }
+
+    fn report(&self, prompt_len: usize) {
+        eprintln!(
+            "{} new tokens after {prompt_len} in {:.3} s: {:.1} tokens/s after the first, which \
+             took {:.1} ms with the prompt",
+            self.ids.len(),
+            (self.prefill + self.decode).as_secs_f64(),
+            self.tokens_per_s(),
+            self.prefill.as_secs_f64() * 1e3
+        );
+    }
+}
+
+impl Session<'_> {
+    fn tokenizer(&self) -> anyhow::Result<&models::tokenizers::Tokenizer> {
+        self.pretrained.tokenizer.as_ref().with_context(|| {
+            format!(
+                "{} has no tokenizer (tokenizer.json or tokenizer.ggml.*): give token ids with \
+                 --ids",
+                self.pretrained.path.display()
+            )
+        })
+    }
+
+    fn encode(&self, text: &str, add_special_tokens: bool) -> anyhow::Result<Vec<u32>> {
+        Ok(self
+            .tokenizer()?
+            .encode(text, add_special_tokens)
+            .map_err(|e| anyhow::anyhow!("tokenising the prompt: {e}"))?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// The conversation through the chat template, ending with the assistant's header; its
+    /// special tokens are in the text, so none is added (as `apply_chat_template` tokenises).
+    fn chat_prompt(&self) -> anyhow::Result<Vec<u32>> {
+        let template = self.pretrained.chat_template.as_ref().with_context(|| {
+            format!(
+                "{} has no chat template (chat_template.jinja, tokenizer_config.json's \
+                 chat_template or tokenizer.chat_template): use --prompt",
+                self.pretrained.path.display()
+            )
+        })?;
+        let text = template.render(&self.messages, true)?;
+        self.encode(&text, false)
+    }
+
+    /// Generates after `prompt`, printing the text as it comes when `stream`.
+    fn generate(&self, prompt: &[u32], stream: bool) -> anyhow::Result<Reply> {
+        let tokenizer = self.pretrained.tokenizer.as_ref();
+        let mut out = std::io::stdout().lock();
+        let mut ids: Vec<u32> = Vec::new();
+        let mut printed = String::new();
+        let started = Instant::now();
+        let mut first_token = None;
+        self.pretrained.model.try_generate_with(
+            std::slice::from_ref(&prompt.to_vec()),
+            self.config,
+            |step| {
+                let Some(token) = step.tokens[0] else {
+                    return;
+                };
+                first_token.get_or_insert_with(|| started.elapsed());
+                ids.push(token);
+                if !stream {
+                    return;
+                }
+                // Decoding the whole reply and printing what is new keeps multi-token characters
+                // whole.
+                match tokenizer {
+                    Some(tokenizer) => {
+                        if let Ok(text) = tokenizer.decode(&ids, true)
+                            && text.starts_with(&printed)
+                        {
+                            let _ = write!(out, "{}", &text[printed.len()..]);
+                            printed = text;
+                        }
+                    }
+                    None => {
+                        let _ = write!(out, "{token} ");
+                    }
+                }
+                let _ = out.flush();
+            },
+        )?;
+        let elapsed = started.elapsed();
+        let prefill = first_token.unwrap_or(elapsed);
+        let text = match tokenizer {
+            Some(tokenizer) => tokenizer
+                .decode(&ids, true)
+                .map_err(|e| anyhow::anyhow!("decoding the reply: {e}"))?,
+            None => ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
         };
-        let json: Value = serde_json::from_str(&text).with_context(|| file.to_owned())?;
-        match &json["eos_token_id"] {
-            Value::Number(id) => {
-                return Ok(id.as_u64().map(|id| vec![id as u32]).unwrap_or_default());
+        Ok(Reply {
+            ids,
+            text,
+            prefill,
+            decode: elapsed - prefill,
+        })
+    }
+
+    /// Reads a message per line from the terminal, answers each with the whole conversation as
+    /// the prompt, until end of input.
+    fn converse(&mut self) -> anyhow::Result<()> {
+        // Fail before the first message rather than after it.
+        self.tokenizer()?;
+        if self.pretrained.chat_template.is_none() {
+            self.chat_prompt()?;
+        }
+        eprintln!("One message per line; Ctrl-D ends the conversation.");
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        loop {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+            let Some(line) = lines.next() else {
+                eprintln!();
+                return Ok(());
+            };
+            let line = line.context("reading the terminal")?;
+            if line.trim().is_empty() {
+                continue;
             }
-            Value::Array(ids) => {
-                return Ok(ids
-                    .iter()
-                    .filter_map(|id| id.as_u64().map(|id| id as u32))
-                    .collect());
+            self.messages.push(Message::new("user", line));
+            let prompt = self.chat_prompt()?;
+            let reply = self.generate(&prompt, true)?;
+            println!();
+            reply.report(prompt.len());
+            let stopped = reply.ids.last().is_some_and(|id| self.stop.contains(id));
+            if !stopped {
+                eprintln!("(cut at --max-new-tokens {})", self.config.max_new_tokens);
             }
-            _ => continue,
+            self.messages
+                .push(Message::new("assistant", reply.text.trim_end()));
         }
     }
-    Ok(Vec::new())
 }

@@ -1,7 +1,9 @@
 //! The tensors of a Hugging Face checkpoint, read through burn-store: one `model.safetensors`, or
-//! the shards that `model.safetensors.index.json` names. Every tensor is converted on load to the
-//! float type asked for, whatever the file stores (bf16, f16, f32, f64), and every read is
-//! remembered, so that a loader can refuse a tensor it was given but never used.
+//! the shards that `model.safetensors.index.json` names; or a GGUF file's tensors under the
+//! Hugging Face names they were converted from ([`crate::gguf`]), dequantized. Every tensor is
+//! converted on load to the float type asked for, whatever the file stores (bf16, f16, f32, f64,
+//! ggml's quantized blocks), and every read is remembered, so that a loader can refuse a tensor it
+//! was given but never used.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,15 +13,27 @@ use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
 
 use crate::error::ModelError;
+use crate::gguf::{GgufFile, Transform, undo};
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
     path: PathBuf,
     shards: Vec<SafetensorsStore>,
-    /// Tensor name -> (shard, shape).
-    index: BTreeMap<String, (usize, Vec<usize>)>,
+    /// The GGUF file whose tensors `Location::Gguf` points at.
+    gguf: Option<GgufFile>,
+    /// Tensor name -> (where it is, shape).
+    index: BTreeMap<String, (Location, Vec<usize>)>,
     read: BTreeSet<String>,
     float_dtype: FloatDType,
+}
+
+/// Where a tensor's data is.
+#[derive(Debug, Clone, Copy)]
+enum Location {
+    /// In this safetensors shard.
+    Shard(usize),
+    /// The GGUF file's tensor of this index, with what its converter did to it.
+    Gguf(usize, Transform),
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -58,7 +72,7 @@ impl Checkpoint {
             (vec![path.clone()], BTreeMap::new())
         };
         let mut shards = Vec::new();
-        let mut index: BTreeMap<String, (usize, Vec<usize>)> = BTreeMap::new();
+        let mut index: BTreeMap<String, (Location, Vec<usize>)> = BTreeMap::new();
         for (shard, file) in files.iter().enumerate() {
             let mut store = SafetensorsStore::from_file(file);
             let tensors = store.get_all_tensors().map_err(|e| {
@@ -71,7 +85,7 @@ impl Checkpoint {
             for (name, tensor) in tensors {
                 // Two shards holding one name would leave the loaded weights to the order the
                 // shards were read in.
-                if let Some((first, _)) = index.get(name.as_str()) {
+                if let Some((Location::Shard(first), _)) = index.get(name.as_str()) {
                     return Err(ModelError::input(
                         "checkpoint",
                         name,
@@ -82,13 +96,19 @@ impl Checkpoint {
                         ),
                     ));
                 }
-                index.insert(name.clone(), (shard, tensor.shape.to_vec()));
+                index.insert(
+                    name.clone(),
+                    (Location::Shard(shard), tensor.shape.to_vec()),
+                );
             }
             shards.push(store);
         }
         // The index must say where each of its tensors is.
         for (name, named_file) in &weight_map {
-            let found = index.get(name).map(|(shard, _)| &files[*shard]);
+            let found = match index.get(name) {
+                Some((Location::Shard(shard), _)) => Some(&files[*shard]),
+                _ => None,
+            };
             if found != Some(named_file) {
                 return Err(ModelError::input(
                     "checkpoint",
@@ -107,6 +127,53 @@ impl Checkpoint {
         Ok(Self {
             path,
             shards,
+            gguf: None,
+            index,
+            read: BTreeSet::new(),
+            float_dtype: FloatDType::F32,
+        })
+    }
+
+    /// The tensors of `file` under the Hugging Face names `names` gives (GGUF name -> Hugging Face
+    /// name and the converter's change to undo); a tensor `names` does not know is an error
+    /// naming it. Tensors load as f32.
+    pub(crate) fn from_gguf(
+        file: GgufFile,
+        names: impl Fn(&str) -> Option<(String, Transform)>,
+    ) -> Result<Self, ModelError> {
+        let mut index = BTreeMap::new();
+        for (i, tensor) in file.tensors.iter().enumerate() {
+            let (name, transform) = names(&tensor.name).ok_or_else(|| {
+                ModelError::input(
+                    "tensor",
+                    &tensor.name,
+                    "is not a tensor of the file's architecture that this crate reads",
+                )
+            })?;
+            let shape = tensor.shape();
+            if let Transform::UnpermuteRope { heads } = transform
+                && (heads == 0 || shape.first().is_none_or(|rows| rows % (2 * heads) != 0))
+            {
+                return Err(ModelError::input(
+                    &tensor.name,
+                    &shape,
+                    format!("must have rows in pairs for each of its {heads} heads"),
+                ));
+            }
+            if let Some((Location::Gguf(first, _), _)) =
+                index.insert(name.clone(), (Location::Gguf(i, transform), shape))
+            {
+                return Err(ModelError::input(
+                    "tensor",
+                    &tensor.name,
+                    format!("and {} both map to {name:?}", file.tensors[first].name),
+                ));
+            }
+        }
+        Ok(Self {
+            path: file.path().to_owned(),
+            shards: Vec::new(),
+            gguf: Some(file),
             index,
             read: BTreeSet::new(),
             float_dtype: FloatDType::F32,
@@ -146,7 +213,7 @@ impl Checkpoint {
         name: &str,
         device: &Device,
     ) -> Result<Tensor<D>, ModelError> {
-        let Some((shard, shape)) = self.index.get(name).cloned() else {
+        let Some((location, shape)) = self.index.get(name).cloned() else {
             return Err(ModelError::input(
                 "checkpoint",
                 &self.path,
@@ -160,6 +227,31 @@ impl Checkpoint {
                 format!("has shape {shape:?}; expected {D} axes"),
             ));
         }
+        // A tensor the device cannot hold (past WGPU's largest buffer, say) would load and then
+        // fail at the first kernel that reads it.
+        let dtype = DType::from(self.float_dtype);
+        if let Some(why) = unallocatable(&shape, dtype.size(), device) {
+            return Err(ModelError::input("checkpoint", name, why));
+        }
+        let data = match location {
+            Location::Shard(shard) => self.shard_data(shard, name)?,
+            Location::Gguf(tensor, transform) => {
+                let file = self
+                    .gguf
+                    .as_ref()
+                    .expect("GGUF locations come with their file");
+                let tensor = &file.tensors[tensor];
+                let values = undo(transform, file.dequantize(tensor)?, &shape);
+                TensorData::new(values, shape)
+            }
+        };
+        let data = data.convert_dtype(dtype);
+        self.read.insert(name.to_owned());
+        Ok(Tensor::from_data(data, device))
+    }
+
+    /// The data of `name` in safetensors shard `shard`, as stored.
+    fn shard_data(&mut self, shard: usize, name: &str) -> Result<TensorData, ModelError> {
         let store = &mut self.shards[shard];
         let read_error =
             |e: String| ModelError::input("checkpoint", name, format!("could not be read: {e}"));
@@ -174,16 +266,7 @@ impl Checkpoint {
                 format!("is stored as {:?}; a float dtype is expected", tensor.dtype),
             ));
         }
-        // A tensor the device cannot hold (past WGPU's largest buffer, say) would load and then
-        // fail at the first kernel that reads it.
-        let dtype = DType::from(self.float_dtype);
-        if let Some(why) = unallocatable(&shape, dtype.size(), device) {
-            return Err(ModelError::input("checkpoint", name, why));
-        }
-        let data: TensorData = bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))?;
-        let data = data.convert_dtype(dtype);
-        self.read.insert(name.to_owned());
-        Ok(Tensor::from_data(data, device))
+        bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))
     }
 
     /// The tensors whose names start with one of `prefixes` that no call has read yet, except

@@ -430,7 +430,9 @@ pub fn load_layer_with(
     };
     let mut attention = config
         .try_init(device)?
-        .try_with_pytorch_weights(query, key, value, output)?;
+        .try_with_pytorch_weights(query, key, value, output)
+        // The projection's own error says which one and why; the layer says where.
+        .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
     if let Some((query_norm, key_norm)) = &names.qk_norm
         && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
     {

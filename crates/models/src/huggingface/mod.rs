@@ -41,9 +41,16 @@ use crate::families::{family, names as family_names};
 use crate::transformer::{AbsolutePositions, Transformer, TransformerConfig};
 
 /// The model of the checkpoint in `dir` (`config.json` and `model.safetensors`, or its sharded
-/// index; f32, bf16, f16 or f64 on disk), in f32 on `device`.
+/// index; f32, bf16, f16 or f64 on disk), or of the GGUF file `dir` names (a path ending in
+/// `.gguf`: [`crate::from_gguf`]), in f32 on `device`.
 pub fn from_pretrained(dir: impl AsRef<Path>, device: &Device) -> Result<Transformer, ModelError> {
     let dir = dir.as_ref();
+    if dir
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return crate::gguf::from_gguf(dir, device);
+    }
     if !dir.join("config.json").is_file() {
         return Err(ModelError::input(
             "dir",
