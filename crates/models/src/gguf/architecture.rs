@@ -1,13 +1,15 @@
-//! llama.cpp's architectures, each as the Hugging Face family it was converted from: how its
-//! `{arch}.*` metadata becomes that family's `config.json`, and its tensor-name table (llama.cpp's
-//! `LLM_TENSOR_NAMES`, `blk.{layer}.attn_q` for `model.layers.{layer}.self_attn.q_proj`), with what
-//! `convert_hf_to_gguf.py` did to a tensor on the way (Llama's Q/K row permutation, Gemma's norm
-//! weights stored as `1 + w`) undone on load. The model is then built by the family's own file,
-//! from the same config a Hugging Face directory gives, as transformers' `gguf_file=` does.
+//! llama.cpp's architectures, each as the Hugging Face family it was converted from: its
+//! tensor-name table (llama.cpp's `LLM_TENSOR_NAMES`: `blk.{layer}.attn_q` for
+//! `model.layers.{layer}.self_attn.q_proj`), what `convert_hf_to_gguf.py` did to a tensor on the
+//! way (Llama's Q/K row permutation, Gemma's norm weights stored as `1 + w`, GPT-2's transposed
+//! `Conv1D`s, BLOOM's and GPT-NeoX's per-head fused QKV regrouped), undone on load, and how its
+//! metadata becomes the family's `config.json` ([`super::config`]). The model is then built by
+//! the family's own file, as transformers' `gguf_file=` does.
 
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Map, Value as Json};
 
-use super::file::{GgufFile, Value};
+use super::config::{self, Hparams};
+use super::file::GgufFile;
 use crate::error::ModelError;
 
 /// What the converter did to a tensor, undone when it is read.
@@ -24,27 +26,36 @@ pub(crate) enum Transform {
     },
     /// Gemma's norms are `x * (1 + w)`; the converter stores `1 + w`.
     MinusOne,
+    /// GPT-2's `Conv1D` stores `[in, out]`; the converter stores the `nn.Linear` transpose.
+    Transpose,
+    /// BLOOM's and GPT-NeoX's fused `query_key_value` interleaves each head's `q, k, v` rows;
+    /// the converter regroups them as all queries, then all keys, then all values.
+    RegroupedQkv {
+        /// The attention heads.
+        heads: usize,
+    },
 }
 
 /// One architecture: its `general.architecture`, the family it loads as, and its names.
 pub(crate) struct Architecture {
     /// `general.architecture`.
     pub gguf: &'static str,
-    /// The Hugging Face `model_type` it becomes.
-    pub model_type: &'static str,
+    /// Model-wide tensors: llama.cpp's name and the Hugging Face one, without `.weight`/`.bias`.
+    pub global_tensors: &'static [(&'static str, &'static str)],
+    /// Where the Hugging Face family keeps layer `i`: `{layer_prefix}.{i}.`.
+    pub layer_prefix: &'static str,
     /// Per-layer tensors: llama.cpp's name (after `blk.{layer}.`) and the Hugging Face one (after
-    /// `model.layers.{layer}.`), without `.weight` / `.bias`.
+    /// the layer prefix), without `.weight` / `.bias`.
     pub layer_tensors: &'static [(&'static str, &'static str)],
-    /// Whether `attn_q` / `attn_k` were permuted for `LLAMA_ROPE_TYPE_NORM`.
-    pub permuted_qk: bool,
-    /// Whether norm weights were stored as `1 + w`.
-    pub norms_plus_one: bool,
-    /// The metadata the family reads, beyond what every Llama-like architecture has.
-    pub extra_config: fn(&Hparams, &mut Map<String, Json>) -> Result<(), ModelError>,
+    /// The converter's change to `tensor` (a per-layer name such as `attn_q`, or a global one)
+    /// of `suffix` (`weight` or `bias`).
+    pub transform: fn(tensor: &str, suffix: &str, config: &Map<String, Json>) -> Transform,
+    /// The family's `config.json` from the metadata.
+    pub config: fn(&Hparams) -> Result<Map<String, Json>, ModelError>,
 }
 
-/// The model-wide tensors, the same in every architecture here.
-const GLOBAL_TENSORS: [(&str, &str); 3] = [
+/// The model-wide tensors of Llama and its lineage.
+const LLAMA_GLOBAL: &[(&str, &str)] = &[
     ("token_embd", "model.embed_tokens"),
     ("output_norm", "model.norm"),
     ("output", "lm_head"),
@@ -92,70 +103,208 @@ const PHI3_LAYER: &[(&str, &str)] = &[
     ("ffn_down", "mlp.down_proj"),
 ];
 
+/// GPT-2's layer.
+const GPT2_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "ln_1"),
+    ("attn_qkv", "attn.c_attn"),
+    ("attn_output", "attn.c_proj"),
+    ("ffn_norm", "ln_2"),
+    ("ffn_up", "mlp.c_fc"),
+    ("ffn_down", "mlp.c_proj"),
+];
+
+/// GPT-NeoX's layer.
+const GPT_NEOX_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_qkv", "attention.query_key_value"),
+    ("attn_output", "attention.dense"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_up", "mlp.dense_h_to_4h"),
+    ("ffn_down", "mlp.dense_4h_to_h"),
+];
+
+/// BLOOM's layer.
+const BLOOM_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_qkv", "self_attention.query_key_value"),
+    ("attn_output", "self_attention.dense"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_up", "mlp.dense_h_to_4h"),
+    ("ffn_down", "mlp.dense_4h_to_h"),
+];
+
+/// MPT's layer.
+const MPT_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "norm_1"),
+    ("attn_qkv", "attn.Wqkv"),
+    ("attn_output", "attn.out_proj"),
+    ("ffn_norm", "norm_2"),
+    ("ffn_up", "ffn.up_proj"),
+    ("ffn_down", "ffn.down_proj"),
+];
+
 /// Every architecture this crate reads.
 pub(crate) const ARCHITECTURES: &[Architecture] = &[
     Architecture {
         gguf: "llama",
-        model_type: "llama",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: LLAMA_LAYER,
-        permuted_qk: true,
-        norms_plus_one: false,
-        extra_config: no_extra,
+        transform: permuted_qk,
+        config: config::llama,
     },
     Architecture {
         gguf: "qwen2",
-        model_type: "qwen2",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: LLAMA_LAYER,
-        permuted_qk: false,
-        norms_plus_one: false,
-        extra_config: no_extra,
+        transform: as_stored,
+        config: config::qwen2,
     },
     Architecture {
         gguf: "qwen3",
-        model_type: "qwen3",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: LLAMA_LAYER,
-        permuted_qk: false,
-        norms_plus_one: false,
-        extra_config: no_extra,
+        transform: as_stored,
+        config: config::qwen3,
     },
     Architecture {
         gguf: "phi3",
-        model_type: "phi3",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: PHI3_LAYER,
-        permuted_qk: false,
-        norms_plus_one: false,
-        extra_config: no_extra,
+        transform: as_stored,
+        config: config::phi3,
     },
     Architecture {
         gguf: "gemma2",
-        model_type: "gemma2",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: GEMMA_LAYER,
-        permuted_qk: false,
-        norms_plus_one: true,
-        extra_config: gemma2_extra,
+        transform: norms_plus_one,
+        config: config::gemma2,
     },
     Architecture {
         gguf: "gemma3",
-        model_type: "gemma3_text",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
         layer_tensors: GEMMA_LAYER,
-        permuted_qk: false,
-        norms_plus_one: true,
-        extra_config: gemma3_extra,
+        transform: norms_plus_one,
+        config: config::gemma3,
+    },
+    Architecture {
+        gguf: "gpt2",
+        global_tensors: &[
+            ("token_embd", "transformer.wte"),
+            ("position_embd", "transformer.wpe"),
+            ("output_norm", "transformer.ln_f"),
+            ("output", "lm_head"),
+        ],
+        layer_prefix: "transformer.h",
+        layer_tensors: GPT2_LAYER,
+        transform: conv1d_transposed,
+        config: config::gpt2,
+    },
+    Architecture {
+        gguf: "gptneox",
+        global_tensors: &[
+            ("token_embd", "gpt_neox.embed_in"),
+            ("output_norm", "gpt_neox.final_layer_norm"),
+            ("output", "embed_out"),
+        ],
+        layer_prefix: "gpt_neox.layers",
+        layer_tensors: GPT_NEOX_LAYER,
+        transform: regrouped_qkv,
+        config: config::gpt_neox,
+    },
+    Architecture {
+        gguf: "bloom",
+        global_tensors: &[
+            ("token_embd", "transformer.word_embeddings"),
+            ("token_embd_norm", "transformer.word_embeddings_layernorm"),
+            ("output_norm", "transformer.ln_f"),
+            ("output", "lm_head"),
+        ],
+        layer_prefix: "transformer.h",
+        layer_tensors: BLOOM_LAYER,
+        transform: regrouped_qkv,
+        config: config::bloom,
+    },
+    Architecture {
+        gguf: "mpt",
+        global_tensors: &[
+            ("token_embd", "transformer.wte"),
+            ("output_norm", "transformer.norm_f"),
+            ("output", "lm_head"),
+        ],
+        layer_prefix: "transformer.blocks",
+        layer_tensors: MPT_LAYER,
+        transform: as_stored,
+        config: config::mpt,
     },
 ];
 
+/// Tensors that hold settings rather than weights (RoPE's frequency factors), read into the
+/// config rather than offered to the loader as weights.
+pub(crate) const CONFIG_TENSORS: [&str; 3] = [
+    "rope_freqs.weight",
+    "rope_factors_long.weight",
+    "rope_factors_short.weight",
+];
+
+fn as_stored(_: &str, _: &str, _: &Map<String, Json>) -> Transform {
+    Transform::None
+}
+
+/// Llama: `attn_q` and `attn_k` (weights and biases) permuted for `LLAMA_ROPE_TYPE_NORM`.
+fn permuted_qk(tensor: &str, _: &str, config: &Map<String, Json>) -> Transform {
+    let heads = |key: &str| config[key].as_u64().unwrap_or(1) as usize;
+    match tensor {
+        "attn_q" => Transform::UnpermuteRope {
+            heads: heads("num_attention_heads"),
+        },
+        "attn_k" => Transform::UnpermuteRope {
+            heads: heads("num_key_value_heads"),
+        },
+        _ => Transform::None,
+    }
+}
+
+/// Gemma: every norm weight stored as `1 + w` (QK-norms and the final norm included).
+fn norms_plus_one(tensor: &str, _: &str, _: &Map<String, Json>) -> Transform {
+    match tensor.ends_with("norm") {
+        true => Transform::MinusOne,
+        false => Transform::None,
+    }
+}
+
+/// GPT-2: the `Conv1D` weights transposed to `nn.Linear`'s layout.
+fn conv1d_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
+    match (tensor, suffix) {
+        ("attn_qkv" | "attn_output" | "ffn_up" | "ffn_down", "weight") => Transform::Transpose,
+        _ => Transform::None,
+    }
+}
+
+/// BLOOM and GPT-NeoX: the fused QKV (weight and bias) regrouped.
+fn regrouped_qkv(tensor: &str, _: &str, config: &Map<String, Json>) -> Transform {
+    let heads = ["num_attention_heads", "n_head"]
+        .iter()
+        .find_map(|key| config.get(*key)?.as_u64())
+        .unwrap_or(1) as usize;
+    match tensor {
+        "attn_qkv" => Transform::RegroupedQkv { heads },
+        _ => Transform::None,
+    }
+}
+
 /// The architecture `general.architecture` names, or an error listing those read.
 pub(crate) fn architecture_of(file: &GgufFile) -> Result<&'static Architecture, ModelError> {
-    let name = file
-        .require("general.architecture")?
+    let value = file.require("general.architecture")?;
+    let name = value
         .as_str()
-        .ok_or_else(|| {
-            ModelError::input(
-                "general.architecture",
-                &file.metadata["general.architecture"],
-                "must be a string",
-            )
-        })?;
+        .ok_or_else(|| ModelError::input("general.architecture", value, "must be a string"))?;
     ARCHITECTURES
         .iter()
         .find(|a| a.gguf == name)
@@ -172,311 +321,8 @@ pub(crate) fn architecture_of(file: &GgufFile) -> Result<&'static Architecture, 
         })
 }
 
-/// The `{arch}.*` metadata of one file, read with errors that name the full key.
-pub(crate) struct Hparams<'a> {
-    file: &'a GgufFile,
-    arch: &'static str,
-}
-
-impl Hparams<'_> {
-    fn key(&self, suffix: &str) -> String {
-        format!("{}.{suffix}", self.arch)
-    }
-
-    fn get(&self, suffix: &str) -> Option<&Value> {
-        self.file.metadata.get(&self.key(suffix))
-    }
-
-    /// `{arch}.{suffix}` as an unsigned integer, if present.
-    pub fn usize(&self, suffix: &str) -> Result<Option<usize>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|v| usize::try_from(v).ok())
-                    .ok_or_else(|| {
-                        ModelError::input(self.key(suffix), v, "must be a non-negative integer")
-                    })
-            })
-            .transpose()
-    }
-
-    /// `{arch}.{suffix}` as a number, if present.
-    pub fn f64(&self, suffix: &str) -> Result<Option<f64>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_f64()
-                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a number"))
-            })
-            .transpose()
-    }
-
-    /// `{arch}.{suffix}` as a string, if present.
-    pub fn str(&self, suffix: &str) -> Result<Option<&str>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a string"))
-            })
-            .transpose()
-    }
-
-    /// `{arch}.{suffix}`, which must be present.
-    pub fn required(&self, suffix: &str) -> Result<usize, ModelError> {
-        self.usize(suffix)?.ok_or_else(|| {
-            ModelError::input(
-                "metadata",
-                self.key(suffix),
-                format!(
-                    "is required but {} does not hold it",
-                    self.file.path().display()
-                ),
-            )
-        })
-    }
-
-    /// `{arch}.{suffix}` must be absent: a setting this crate would otherwise silently drop.
-    fn refuse(&self, suffix: &str, why: &str) -> Result<(), ModelError> {
-        match self.get(suffix) {
-            None => Ok(()),
-            Some(value) => Err(ModelError::config(self.key(suffix), value, why)),
-        }
-    }
-}
-
-/// The `config.json` of the family `file` was converted from, as transformers' `gguf_file=`
-/// reads it, plus the settings transformers drops (RoPE scaling, a window, soft-capping).
-pub(crate) fn config_json(
-    file: &GgufFile,
-    architecture: &Architecture,
-) -> Result<Map<String, Json>, ModelError> {
-    let hparams = Hparams {
-        file,
-        arch: architecture.gguf,
-    };
-    let hidden = hparams.required("embedding_length")?;
-    let heads = hparams.required("attention.head_count")?;
-    if heads == 0 {
-        return Err(ModelError::config(
-            hparams.key("attention.head_count"),
-            heads,
-            "must be at least 1",
-        ));
-    }
-    // llama.cpp lets a file give one count per layer; every family here has one for all.
-    let kv_heads = hparams.usize("attention.head_count_kv")?.unwrap_or(heads);
-    let head_dim = hparams
-        .usize("attention.key_length")?
-        .unwrap_or(hidden / heads);
-    if let Some(value_dim) = hparams.usize("attention.value_length")?
-        && value_dim != head_dim
-    {
-        return Err(ModelError::config(
-            hparams.key("attention.value_length"),
-            value_dim,
-            format!("must equal the key width {head_dim} (no family here has another)"),
-        ));
-    }
-    let vocab = match hparams.usize("vocab_size")? {
-        Some(vocab) => vocab,
-        None => file
-            .metadata
-            .get("tokenizer.ggml.tokens")
-            .and_then(Value::as_array)
-            .map(<[Value]>::len)
-            .or_else(|| file.tensor_info("token_embd.weight").map(|t| t.shape()[0]))
-            .ok_or_else(|| {
-                ModelError::input(
-                    "metadata",
-                    hparams.key("vocab_size"),
-                    "is required when the file holds no tokenizer.ggml.tokens",
-                )
-            })?,
-    };
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!(architecture.model_type));
-    config.insert("vocab_size".into(), json!(vocab));
-    config.insert("hidden_size".into(), json!(hidden));
-    config.insert(
-        "intermediate_size".into(),
-        json!(hparams.required("feed_forward_length")?),
-    );
-    config.insert(
-        "num_hidden_layers".into(),
-        json!(hparams.required("block_count")?),
-    );
-    config.insert("num_attention_heads".into(), json!(heads));
-    config.insert("num_key_value_heads".into(), json!(kv_heads));
-    config.insert("head_dim".into(), json!(head_dim));
-    if let Some(context) = hparams.usize("context_length")? {
-        config.insert("max_position_embeddings".into(), json!(context));
-    }
-    if let Some(eps) = hparams.f64("attention.layer_norm_rms_epsilon")? {
-        config.insert("rms_norm_eps".into(), json!(eps));
-    }
-    // The head is tied when the file has no `output.weight` (llama.cpp reads the embedding
-    // then), as transformers decides.
-    config.insert(
-        "tie_word_embeddings".into(),
-        json!(file.tensor_info("output.weight").is_none()),
-    );
-    // Biases: Qwen2 stores q/k/v biases; the family reads them from its own default.
-    if let Some(rotary) = hparams.usize("rope.dimension_count")?
-        && rotary != head_dim
-    {
-        config.insert(
-            "partial_rotary_factor".into(),
-            json!(rotary as f64 / head_dim as f64),
-        );
-    }
-    config.insert("rope_parameters".into(), rope_parameters(&hparams)?);
-    if let Some(window) = hparams.usize("attention.sliding_window")? {
-        config.insert("sliding_window".into(), json!(window));
-    }
-    if file.tensor_info("rope_freqs.weight").is_some() {
-        // Llama 3.1's `llama3` scaling, Phi-3's `longrope` and DeepSeek's factors are stored as
-        // per-frequency divisors, which no config field holds.
-        return Err(ModelError::input(
-            "tensor",
-            "rope_freqs.weight",
-            "holds RoPE frequency factors (Llama 3.1's `llama3` scaling); loading them from GGUF \
-             is not implemented: use the Hugging Face directory",
-        ));
-    }
-    (architecture.extra_config)(&hparams, &mut config)?;
-    Ok(config)
-}
-
-/// `rope_parameters` from `rope.freq_base` and `rope.scaling.*` (llama.cpp's names).
-fn rope_parameters(hparams: &Hparams) -> Result<Json, ModelError> {
-    let theta = hparams.f64("rope.freq_base")?.unwrap_or(10_000.0);
-    let mut rope = Map::new();
-    rope.insert("rope_theta".into(), json!(theta));
-    let scaling = hparams.str("rope.scaling.type")?.unwrap_or("none");
-    let factor = hparams.f64("rope.scaling.factor")?;
-    match scaling {
-        "none" => {
-            rope.insert("rope_type".into(), json!("default"));
-        }
-        "linear" => {
-            rope.insert("rope_type".into(), json!("linear"));
-            rope.insert("factor".into(), json!(factor.unwrap_or(1.0)));
-        }
-        "yarn" => {
-            rope.insert("rope_type".into(), json!("yarn"));
-            if let Some(factor) = factor {
-                rope.insert("factor".into(), json!(factor));
-            }
-            let original = hparams
-                .usize("rope.scaling.original_context_length")?
-                .ok_or_else(|| {
-                    ModelError::input(
-                        "metadata",
-                        hparams.key("rope.scaling.original_context_length"),
-                        "is required with yarn scaling",
-                    )
-                })?;
-            rope.insert("original_max_position_embeddings".into(), json!(original));
-            for (gguf, hf) in [
-                ("rope.scaling.yarn_beta_fast", "beta_fast"),
-                ("rope.scaling.yarn_beta_slow", "beta_slow"),
-            ] {
-                if let Some(value) = hparams.f64(gguf)? {
-                    rope.insert(hf.into(), json!(value));
-                }
-            }
-            if let Some(attn_factor) = hparams.f64("rope.scaling.attn_factor")? {
-                rope.insert("attention_factor".into(), json!(attn_factor));
-            }
-        }
-        other => {
-            return Err(ModelError::config(
-                hparams.key("rope.scaling.type"),
-                other,
-                "must be none, linear or yarn (the scalings llama.cpp stores as metadata)",
-            ));
-        }
-    }
-    hparams.refuse(
-        "rope.scaling.finetuned",
-        "is not read; remove it or load the Hugging Face directory",
-    )?;
-    Ok(Json::Object(rope))
-}
-
-fn no_extra(_: &Hparams, _: &mut Map<String, Json>) -> Result<(), ModelError> {
-    Ok(())
-}
-
-/// Gemma 2: soft-capping from the metadata; the query scale as llama.cpp computes it (the
-/// head width, except the 27B model's `hidden / heads`, which it recognises by its 46 layers);
-/// sliding and full layers alternating, sliding first.
-fn gemma2_extra(hparams: &Hparams, config: &mut Map<String, Json>) -> Result<(), ModelError> {
-    for (gguf, hf) in [
-        ("attn_logit_softcapping", "attn_logit_softcapping"),
-        ("final_logit_softcapping", "final_logit_softcapping"),
-    ] {
-        if let Some(value) = hparams.f64(gguf)? {
-            config.insert(hf.into(), json!(value));
-        }
-    }
-    gemma_query_scale(hparams, config, 46)?;
-    alternate_layers(hparams, config, 2)
-}
-
-/// Gemma 3: five sliding layers then a full one; local RoPE with theta 10,000 (llama.cpp's
-/// constant), global with the file's base and scaling.
-fn gemma3_extra(hparams: &Hparams, config: &mut Map<String, Json>) -> Result<(), ModelError> {
-    gemma_query_scale(hparams, config, 62)?;
-    alternate_layers(hparams, config, 6)?;
-    let global = config["rope_parameters"].clone();
-    config.insert(
-        "rope_parameters".into(),
-        json!({
-            "full_attention": global,
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        }),
-    );
-    Ok(())
-}
-
-fn gemma_query_scale(
-    hparams: &Hparams,
-    config: &mut Map<String, Json>,
-    layers_of_27b: usize,
-) -> Result<(), ModelError> {
-    let head_dim = config["head_dim"].as_u64().unwrap_or(0);
-    let scalar = match hparams.required("block_count")? == layers_of_27b {
-        true => {
-            let hidden = config["hidden_size"].as_u64().unwrap_or(0);
-            let heads = config["num_attention_heads"].as_u64().unwrap_or(1);
-            hidden / heads
-        }
-        false => head_dim,
-    };
-    config.insert("query_pre_attn_scalar".into(), json!(scalar));
-    Ok(())
-}
-
-/// `layer_types`: every `period`-th layer full, the rest sliding (llama.cpp's
-/// `set_swa_pattern(period)`).
-fn alternate_layers(
-    hparams: &Hparams,
-    config: &mut Map<String, Json>,
-    period: usize,
-) -> Result<(), ModelError> {
-    let layers = hparams.required("block_count")?;
-    let types: Vec<&str> = (0..layers)
-        .map(|layer| match (layer + 1) % period {
-            0 => "full_attention",
-            _ => "sliding_attention",
-        })
-        .collect();
-    config.insert("layer_types".into(), json!(types));
-    Ok(())
-}
-
 /// The Hugging Face name of GGUF tensor `name` and what to undo on it, or `None` for a tensor
-/// the table does not know (the loader reports it as unread).
+/// the table does not know.
 pub(crate) fn hugging_face_name(
     architecture: &Architecture,
     name: &str,
@@ -486,11 +332,12 @@ pub(crate) fn hugging_face_name(
     if suffix != "weight" && suffix != "bias" {
         return None;
     }
-    if let Some((_, hf)) = GLOBAL_TENSORS.iter().find(|(gguf, _)| *gguf == stem) {
-        let transform = match architecture.norms_plus_one && stem == "output_norm" {
-            true => Transform::MinusOne,
-            false => Transform::None,
-        };
+    if let Some((_, hf)) = architecture
+        .global_tensors
+        .iter()
+        .find(|(gguf, _)| *gguf == stem)
+    {
+        let transform = (architecture.transform)(stem, suffix, config);
         return Some((format!("{hf}.{suffix}"), transform));
     }
     let rest = stem.strip_prefix("blk.")?;
@@ -500,42 +347,87 @@ pub(crate) fn hugging_face_name(
         .layer_tensors
         .iter()
         .find(|(gguf, _)| *gguf == tensor)?;
-    let heads = |key: &str| config[key].as_u64().unwrap_or(1) as usize;
-    let transform = match tensor {
-        "attn_q" if architecture.permuted_qk => Transform::UnpermuteRope {
-            heads: heads("num_attention_heads"),
-        },
-        "attn_k" if architecture.permuted_qk => Transform::UnpermuteRope {
-            heads: heads("num_key_value_heads"),
-        },
-        t if architecture.norms_plus_one && t.ends_with("norm") => Transform::MinusOne,
-        _ => Transform::None,
-    };
-    Some((format!("model.layers.{layer}.{hf}.{suffix}"), transform))
+    let transform = (architecture.transform)(tensor, suffix, config);
+    Some((
+        format!("{}.{layer}.{hf}.{suffix}", architecture.layer_prefix),
+        transform,
+    ))
 }
 
-/// Undoes `transform` on `values`, a tensor of `shape` (PyTorch order) in row-major order.
-pub(crate) fn undo(transform: Transform, values: Vec<f32>, shape: &[usize]) -> Vec<f32> {
+/// Whether `transform` applies to a tensor of `shape`: an error names the tensor otherwise.
+pub(crate) fn check_transform(
+    transform: Transform,
+    shape: &[usize],
+    name: &str,
+) -> Result<(), ModelError> {
+    let rows = shape.first().copied().unwrap_or(0);
+    let fits = match transform {
+        Transform::None | Transform::MinusOne => true,
+        Transform::Transpose => shape.len() == 2,
+        Transform::UnpermuteRope { heads } => heads > 0 && rows % (2 * heads) == 0,
+        Transform::RegroupedQkv { heads } => heads > 0 && rows % (3 * heads) == 0,
+    };
+    match fits {
+        true => Ok(()),
+        false => Err(ModelError::input(
+            name,
+            shape,
+            format!("does not have the shape that undoing {transform:?} needs"),
+        )),
+    }
+}
+
+/// Undoes `transform` on `values`, a tensor of `shape` (PyTorch order, as stored) in row-major
+/// order; returns the values and their shape.
+pub(crate) fn undo(
+    transform: Transform,
+    values: Vec<f32>,
+    shape: Vec<usize>,
+) -> (Vec<f32>, Vec<usize>) {
+    let rows = shape.first().copied().unwrap_or(0);
+    let row_len = shape.iter().skip(1).product::<usize>();
+    // Moves whole rows: `to(from_row)` gives each stored row's place.
+    let move_rows = |values: &[f32], to: &dyn Fn(usize) -> usize| {
+        let mut out = vec![0f32; values.len()];
+        for from in 0..rows {
+            let to = to(from);
+            out[to * row_len..(to + 1) * row_len]
+                .copy_from_slice(&values[from * row_len..(from + 1) * row_len]);
+        }
+        out
+    };
     match transform {
-        Transform::None => values,
-        Transform::MinusOne => values.into_iter().map(|w| w - 1.0).collect(),
-        Transform::UnpermuteRope { heads } => {
-            // transformers' `_reverse_permute_weights`: rows [heads, half, 2] -> [heads, 2, half]
-            let rows = shape.first().copied().unwrap_or(0);
-            let row_len = shape.iter().skip(1).product::<usize>();
-            let half = rows / heads / 2;
+        Transform::None => (values, shape),
+        Transform::MinusOne => (values.into_iter().map(|w| w - 1.0).collect(), shape),
+        Transform::Transpose => {
+            let (r, c) = (shape[0], shape[1]);
             let mut out = vec![0f32; values.len()];
-            for head in 0..heads {
-                for i in 0..half {
-                    for pair in 0..2 {
-                        let from = (head * half + i) * 2 + pair;
-                        let to = (head * 2 + pair) * half + i;
-                        out[to * row_len..(to + 1) * row_len]
-                            .copy_from_slice(&values[from * row_len..(from + 1) * row_len]);
-                    }
+            for i in 0..r {
+                for j in 0..c {
+                    out[j * r + i] = values[i * c + j];
                 }
             }
-            out
+            (out, vec![c, r])
+        }
+        Transform::UnpermuteRope { heads } => {
+            // transformers' `_reverse_permute_weights`: rows [heads, half, 2] -> [heads, 2, half]
+            let half = rows / heads / 2;
+            let to = |from: usize| {
+                let (head, within) = (from / (2 * half), from % (2 * half));
+                let (i, pair) = (within / 2, within % 2);
+                (head * 2 + pair) * half + i
+            };
+            (move_rows(&values, &to), shape)
+        }
+        Transform::RegroupedQkv { heads } => {
+            // stored [q | k | v] x [heads, d]; the family's layout is [heads] x [q, k, v] x [d]
+            let d = rows / heads / 3;
+            let to = |from: usize| {
+                let (part, within) = (from / (heads * d), from % (heads * d));
+                let (head, i) = (within / d, within % d);
+                (head * 3 + part) * d + i
+            };
+            (move_rows(&values, &to), shape)
         }
     }
 }

@@ -16,6 +16,7 @@
 //! ```
 
 mod architecture;
+mod config;
 mod file;
 mod quant;
 mod tokenizer;
@@ -24,7 +25,7 @@ pub use file::{GgufFile, Metadata, TensorInfo, Value};
 pub use quant::GgmlType;
 pub use tokenizer::{special_token_id, tokenizer};
 
-pub(crate) use architecture::{Transform, undo};
+pub(crate) use architecture::{CONFIG_TENSORS, Transform, check_transform, undo};
 
 use std::path::Path;
 
@@ -34,8 +35,9 @@ use crate::error::ModelError;
 use crate::huggingface::{Checkpoint, HuggingFaceConfig, from_checkpoint};
 use crate::transformer::Transformer;
 
-/// The model of the GGUF file at `path`, in f32 on `device`: llama.cpp's `llama`
-/// (Llama, Mistral, SmolLM), `qwen2`, `qwen3`, `phi3`, `gemma2` and `gemma3` architectures.
+/// The model of the GGUF file at `path`, in f32 on `device`: llama.cpp's `llama` (Llama,
+/// Mistral, SmolLM), `qwen2`, `qwen3`, `phi3`, `gemma2`, `gemma3`, `gpt2`, `gptneox`, `bloom` and
+/// `mpt` architectures.
 pub fn from_gguf(path: impl AsRef<Path>, device: &Device) -> Result<Transformer, ModelError> {
     let (config, mut checkpoint) = open(path)?;
     from_checkpoint(&config, &mut checkpoint, device)
@@ -60,7 +62,10 @@ pub fn checkpoint_of(file: GgufFile) -> Result<(HuggingFaceConfig, Checkpoint), 
 /// The `config.json` of the family `file` was converted from.
 pub fn config(file: &GgufFile) -> Result<HuggingFaceConfig, ModelError> {
     let architecture = architecture::architecture_of(file)?;
-    let json = architecture::config_json(file, architecture)?;
+    let json = (architecture.config)(&config::Hparams {
+        file,
+        arch: architecture.gguf,
+    })?;
     HuggingFaceConfig::from_json(&serde_json::Value::Object(json).to_string())
 }
 

@@ -13,7 +13,7 @@ use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
 
 use crate::error::ModelError;
-use crate::gguf::{GgufFile, Transform, undo};
+use crate::gguf::{CONFIG_TENSORS, GgufFile, Transform, check_transform, undo};
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
@@ -136,13 +136,17 @@ impl Checkpoint {
 
     /// The tensors of `file` under the Hugging Face names `names` gives (GGUF name -> Hugging Face
     /// name and the converter's change to undo); a tensor `names` does not know is an error
-    /// naming it. Tensors load as f32.
+    /// naming it, except the settings read into the config (RoPE's frequency factors). Tensors
+    /// load as f32.
     pub(crate) fn from_gguf(
         file: GgufFile,
         names: impl Fn(&str) -> Option<(String, Transform)>,
     ) -> Result<Self, ModelError> {
         let mut index = BTreeMap::new();
         for (i, tensor) in file.tensors.iter().enumerate() {
+            if CONFIG_TENSORS.contains(&tensor.name.as_str()) {
+                continue;
+            }
             let (name, transform) = names(&tensor.name).ok_or_else(|| {
                 ModelError::input(
                     "tensor",
@@ -150,16 +154,13 @@ impl Checkpoint {
                     "is not a tensor of the file's architecture that this crate reads",
                 )
             })?;
-            let shape = tensor.shape();
-            if let Transform::UnpermuteRope { heads } = transform
-                && (heads == 0 || shape.first().is_none_or(|rows| rows % (2 * heads) != 0))
-            {
-                return Err(ModelError::input(
-                    &tensor.name,
-                    &shape,
-                    format!("must have rows in pairs for each of its {heads} heads"),
-                ));
-            }
+            let stored = tensor.shape();
+            check_transform(transform, &stored, &tensor.name)?;
+            // The Hugging Face shape: a transposed tensor swaps its axes back.
+            let shape = match transform {
+                Transform::Transpose => stored.iter().rev().copied().collect(),
+                _ => stored,
+            };
             if let Some((Location::Gguf(first, _), _)) =
                 index.insert(name.clone(), (Location::Gguf(i, transform), shape))
             {
@@ -241,7 +242,7 @@ impl Checkpoint {
                     .as_ref()
                     .expect("GGUF locations come with their file");
                 let tensor = &file.tensors[tensor];
-                let values = undo(transform, file.dequantize(tensor)?, &shape);
+                let (values, shape) = undo(transform, file.dequantize(tensor)?, tensor.shape());
                 TensorData::new(values, shape)
             }
         };

@@ -1,0 +1,544 @@
+//! A GGUF file's `{arch}.*` metadata read as the `config.json` of the Hugging Face family it was
+//! converted from: llama.cpp's key names (`llama.attention.head_count`), its defaults where a key
+//! is absent, and what it keeps elsewhere (RoPE frequency factors as tensors, the head's tying as
+//! the absence of `output.weight`). Where llama.cpp fixes a setting in code rather than in the
+//! file (Gemma's layer pattern and query scale), the config says what llama.cpp computes, so the
+//! model is the one llama.cpp runs from the same file.
+
+use serde_json::{Map, Value as Json, json};
+
+use super::file::{GgufFile, Value};
+use crate::error::ModelError;
+
+/// The `{arch}.*` metadata of one file, read with errors that name the full key.
+pub(crate) struct Hparams<'a> {
+    pub file: &'a GgufFile,
+    pub arch: &'static str,
+}
+
+impl Hparams<'_> {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
+    }
+
+    fn get(&self, suffix: &str) -> Option<&Value> {
+        self.file.metadata.get(&self.key(suffix))
+    }
+
+    /// `{arch}.{suffix}` as an unsigned integer, if present.
+    fn usize(&self, suffix: &str) -> Result<Option<usize>, ModelError> {
+        self.get(suffix)
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|v| usize::try_from(v).ok())
+                    .ok_or_else(|| {
+                        ModelError::input(self.key(suffix), v, "must be a non-negative integer")
+                    })
+            })
+            .transpose()
+    }
+
+    /// `{arch}.{suffix}` as a number, if present.
+    fn f64(&self, suffix: &str) -> Result<Option<f64>, ModelError> {
+        self.get(suffix)
+            .map(|v| {
+                v.as_f64()
+                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a number"))
+            })
+            .transpose()
+    }
+
+    /// `{arch}.{suffix}` as a string, if present.
+    fn str(&self, suffix: &str) -> Result<Option<&str>, ModelError> {
+        self.get(suffix)
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a string"))
+            })
+            .transpose()
+    }
+
+    /// `{arch}.{suffix}` as a bool, if present.
+    fn bool(&self, suffix: &str) -> Result<Option<bool>, ModelError> {
+        self.get(suffix)
+            .map(|v| {
+                v.as_bool()
+                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a bool"))
+            })
+            .transpose()
+    }
+
+    /// `{arch}.{suffix}`, which must be present and positive.
+    fn required(&self, suffix: &str) -> Result<usize, ModelError> {
+        match self.usize(suffix)? {
+            Some(0) => Err(ModelError::input(self.key(suffix), 0, "must be positive")),
+            Some(value) => Ok(value),
+            None => Err(ModelError::input(
+                "metadata",
+                self.key(suffix),
+                format!(
+                    "is required but {} does not hold it",
+                    self.file.path().display()
+                ),
+            )),
+        }
+    }
+
+    /// `{arch}.{suffix}` must be absent: a setting this crate would otherwise silently drop.
+    fn refuse(&self, suffix: &str, why: &str) -> Result<(), ModelError> {
+        match self.get(suffix) {
+            None => Ok(()),
+            Some(value) => Err(ModelError::config(self.key(suffix), value, why)),
+        }
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        self.file.tensor_info(name).is_some()
+    }
+
+    /// The values of a small f32 settings tensor (RoPE's factors).
+    fn factors(&self, name: &str) -> Result<Option<Vec<f64>>, ModelError> {
+        let Some(tensor) = self.file.tensor_info(name) else {
+            return Ok(None);
+        };
+        let values = self.file.dequantize(tensor)?;
+        Ok(Some(values.into_iter().map(f64::from).collect()))
+    }
+
+    /// The vocabulary: `{arch}.vocab_size`, else the tokenizer's tokens, else the embedding's
+    /// rows (llama.cpp's order).
+    fn vocab_size(&self) -> Result<usize, ModelError> {
+        if let Some(vocab) = self.usize("vocab_size")? {
+            return Ok(vocab);
+        }
+        self.file
+            .metadata
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+            .map(<[Value]>::len)
+            .or_else(|| {
+                self.file
+                    .tensor_info("token_embd.weight")
+                    .and_then(|t| t.shape().first().copied())
+            })
+            .ok_or_else(|| {
+                ModelError::input(
+                    "metadata",
+                    self.key("vocab_size"),
+                    "is required when the file holds neither tokenizer.ggml.tokens nor \
+                     token_embd.weight",
+                )
+            })
+    }
+
+    /// Tied when the file has no `output.weight` (llama.cpp reads the embedding then).
+    fn tied(&self) -> bool {
+        !self.has_tensor("output.weight")
+    }
+}
+
+/// What every Llama-like architecture stores: sizes, norm epsilon, RoPE, the head's tying.
+fn llama_like(h: &Hparams, model_type: &str) -> Result<Map<String, Json>, ModelError> {
+    let hidden = h.required("embedding_length")?;
+    let heads = h.required("attention.head_count")?;
+    // llama.cpp lets a file give one count per layer; every family here has one for all.
+    let kv_heads = h.usize("attention.head_count_kv")?.unwrap_or(heads);
+    let head_dim = h.usize("attention.key_length")?.unwrap_or(hidden / heads);
+    if let Some(value_dim) = h.usize("attention.value_length")?
+        && value_dim != head_dim
+    {
+        return Err(ModelError::config(
+            h.key("attention.value_length"),
+            value_dim,
+            format!("must equal the key width {head_dim} (no family here has another)"),
+        ));
+    }
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!(model_type));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("hidden_size".into(), json!(hidden));
+    config.insert(
+        "intermediate_size".into(),
+        json!(h.required("feed_forward_length")?),
+    );
+    config.insert(
+        "num_hidden_layers".into(),
+        json!(h.required("block_count")?),
+    );
+    config.insert("num_attention_heads".into(), json!(heads));
+    config.insert("num_key_value_heads".into(), json!(kv_heads));
+    config.insert("head_dim".into(), json!(head_dim));
+    if let Some(context) = h.usize("context_length")? {
+        config.insert("max_position_embeddings".into(), json!(context));
+    }
+    if let Some(eps) = h.f64("attention.layer_norm_rms_epsilon")? {
+        config.insert("rms_norm_eps".into(), json!(eps));
+    }
+    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    // Biases are stored when the projections have them.
+    if h.has_tensor("blk.0.attn_output.bias") {
+        config.insert("attention_bias".into(), json!(true));
+    }
+    if h.has_tensor("blk.0.ffn_up.bias") {
+        config.insert("mlp_bias".into(), json!(true));
+    }
+    config.insert(
+        "rope_parameters".into(),
+        rope_parameters(h, head_dim, config.get("max_position_embeddings"))?,
+    );
+    // llama.cpp writes 0 for "no window" (Phi-3 with `sliding_window: null`).
+    if let Some(window) = h.usize("attention.sliding_window")?
+        && window > 0
+    {
+        config.insert("sliding_window".into(), json!(window));
+    }
+    Ok(config)
+}
+
+/// `rope_parameters` from `rope.freq_base`, `rope.dimension_count`, `rope.scaling.*` and the
+/// frequency-factor tensors.
+///
+/// llama.cpp divides each pair's frequency by a factor from a tensor where the Hugging Face
+/// config names a scaling that computes them: Llama 3.1's `llama3` becomes `rope_freqs`, Phi-3's
+/// `longrope` becomes `rope_factors_short` and `rope_factors_long`. Both read back as `longrope`,
+/// which divides by given factors: `rope_freqs` as the same factors at every length with no
+/// attention scaling (exactly llama.cpp's computation), Phi-3's with its two lists, its original
+/// length and its attention factor.
+fn rope_parameters(
+    h: &Hparams,
+    head_dim: usize,
+    max_position_embeddings: Option<&Json>,
+) -> Result<Json, ModelError> {
+    let theta = h.f64("rope.freq_base")?.unwrap_or(10_000.0);
+    let mut rope = Map::new();
+    rope.insert("rope_theta".into(), json!(theta));
+    let rotary = h.usize("rope.dimension_count")?.unwrap_or(head_dim);
+    if rotary != head_dim {
+        rope.insert(
+            "partial_rotary_factor".into(),
+            json!(rotary as f64 / head_dim as f64),
+        );
+    }
+    let scaling = h.str("rope.scaling.type")?;
+    let factor = h.f64("rope.scaling.factor")?;
+    if let Some(factors) = h.factors("rope_freqs.weight")? {
+        if scaling.is_some_and(|s| s != "none") {
+            return Err(ModelError::config(
+                h.key("rope.scaling.type"),
+                scaling,
+                "cannot be combined with rope_freqs.weight",
+            ));
+        }
+        rope.insert("rope_type".into(), json!("longrope"));
+        rope.insert("short_factor".into(), json!(factors));
+        rope.insert("long_factor".into(), json!(factors));
+        // The same factors at every length: the switch between the lists changes nothing.
+        rope.insert(
+            "original_max_position_embeddings".into(),
+            max_position_embeddings.cloned().unwrap_or(json!(1 << 20)),
+        );
+        rope.insert("attention_factor".into(), json!(1.0));
+        return Ok(Json::Object(rope));
+    }
+    if let (Some(short), Some(long)) = (
+        h.factors("rope_factors_short.weight")?,
+        h.factors("rope_factors_long.weight")?,
+    ) {
+        let original = h
+            .usize("rope.scaling.original_context_length")?
+            .ok_or_else(|| {
+                ModelError::input(
+                    "metadata",
+                    h.key("rope.scaling.original_context_length"),
+                    "is required with rope_factors_long.weight",
+                )
+            })?;
+        rope.insert("rope_type".into(), json!("longrope"));
+        rope.insert("short_factor".into(), json!(short));
+        rope.insert("long_factor".into(), json!(long));
+        rope.insert("original_max_position_embeddings".into(), json!(original));
+        if let Some(attn_factor) = h.f64("rope.scaling.attn_factor")? {
+            rope.insert("attention_factor".into(), json!(attn_factor));
+        }
+        return Ok(Json::Object(rope));
+    }
+    match scaling.unwrap_or("none") {
+        "none" => {
+            rope.insert("rope_type".into(), json!("default"));
+        }
+        "linear" => {
+            rope.insert("rope_type".into(), json!("linear"));
+            rope.insert("factor".into(), json!(factor.unwrap_or(1.0)));
+        }
+        "yarn" => {
+            rope.insert("rope_type".into(), json!("yarn"));
+            if let Some(factor) = factor {
+                rope.insert("factor".into(), json!(factor));
+            }
+            let original = h
+                .usize("rope.scaling.original_context_length")?
+                .ok_or_else(|| {
+                    ModelError::input(
+                        "metadata",
+                        h.key("rope.scaling.original_context_length"),
+                        "is required with yarn scaling",
+                    )
+                })?;
+            rope.insert("original_max_position_embeddings".into(), json!(original));
+            for (gguf, hf) in [
+                ("rope.scaling.yarn_beta_fast", "beta_fast"),
+                ("rope.scaling.yarn_beta_slow", "beta_slow"),
+                ("rope.scaling.attn_factor", "attention_factor"),
+            ] {
+                if let Some(value) = h.f64(gguf)? {
+                    rope.insert(hf.into(), json!(value));
+                }
+            }
+            h.refuse(
+                "rope.scaling.yarn_log_multiplier",
+                "is DeepSeek's mscale, which no architecture read here uses",
+            )?;
+        }
+        other => {
+            return Err(ModelError::config(
+                h.key("rope.scaling.type"),
+                other,
+                "must be none, linear or yarn (the scalings llama.cpp stores as metadata)",
+            ));
+        }
+    }
+    Ok(Json::Object(rope))
+}
+
+/// Llama (and Mistral and SmolLM, which llama.cpp converts as Llama).
+pub(crate) fn llama(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    llama_like(h, "llama")
+}
+
+/// Qwen2: Llama with q/k/v biases, which the family always has.
+pub(crate) fn qwen2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    llama_like(h, "qwen2")
+}
+
+/// Qwen3: Llama with QK-norm, which the family always has.
+pub(crate) fn qwen3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    llama_like(h, "qwen3")
+}
+
+/// Phi-3: Llama with fused projections and `longrope`.
+pub(crate) fn phi3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    llama_like(h, "phi3")
+}
+
+/// Gemma 2: soft-capping from the metadata; the query scale as llama.cpp computes it (the head
+/// width, except the 27B model's `hidden / heads`, recognised by its 46 layers); sliding and
+/// full layers alternating, sliding first (llama.cpp's `set_swa_pattern(2)`).
+pub(crate) fn gemma2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "gemma2")?;
+    softcaps(h, &mut config)?;
+    gemma_query_scale(h, &mut config, 46)?;
+    layer_types(h, &mut config, 2)?;
+    Ok(config)
+}
+
+/// Gemma 3: the query scale as for Gemma 2 (27B: 62 layers); five sliding layers then a full
+/// one unless the file gives the pattern; the sliding layers' RoPE at `rope.freq_base_swa`
+/// (10,000 when absent, llama.cpp's constant), the full layers' at `rope.freq_base` with the
+/// file's scaling.
+pub(crate) fn gemma3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "gemma3_text")?;
+    softcaps(h, &mut config)?;
+    gemma_query_scale(h, &mut config, 62)?;
+    layer_types(h, &mut config, 6)?;
+    let full = config["rope_parameters"].clone();
+    let local_theta = h.f64("rope.freq_base_swa")?.unwrap_or(10_000.0);
+    // One entry per layer type the model has (the family refuses settings for a type no layer
+    // has, as transformers validates them).
+    let mut rope = Map::new();
+    for layer_type in config["layer_types"].as_array().into_iter().flatten() {
+        match layer_type.as_str() {
+            Some("full_attention") => rope.insert("full_attention".into(), full.clone()),
+            _ => rope.insert(
+                "sliding_attention".into(),
+                json!({"rope_type": "default", "rope_theta": local_theta}),
+            ),
+        };
+    }
+    config.insert("rope_parameters".into(), Json::Object(rope));
+    Ok(config)
+}
+
+fn softcaps(h: &Hparams, config: &mut Map<String, Json>) -> Result<(), ModelError> {
+    for key in ["attn_logit_softcapping", "final_logit_softcapping"] {
+        if let Some(value) = h.f64(key)? {
+            config.insert(key.into(), json!(value));
+        }
+    }
+    Ok(())
+}
+
+fn gemma_query_scale(
+    h: &Hparams,
+    config: &mut Map<String, Json>,
+    layers_of_27b: usize,
+) -> Result<(), ModelError> {
+    let at = |key: &str| config[key].as_u64().unwrap_or(1);
+    let scalar = match h.required("block_count")? == layers_of_27b {
+        true => at("hidden_size") / at("num_attention_heads"),
+        false => at("head_dim"),
+    };
+    config.insert("query_pre_attn_scalar".into(), json!(scalar));
+    Ok(())
+}
+
+/// `layer_types` from `attention.sliding_window_pattern` (one bool per layer, true for sliding)
+/// when the file has it, else every `period`-th layer full and the rest sliding.
+fn layer_types(
+    h: &Hparams,
+    config: &mut Map<String, Json>,
+    period: usize,
+) -> Result<(), ModelError> {
+    let layers = h.required("block_count")?;
+    let key = h.key("attention.sliding_window_pattern");
+    let sliding: Vec<bool> = match h.get("attention.sliding_window_pattern") {
+        Some(Value::Array(pattern)) => {
+            let flags: Option<Vec<bool>> = pattern.iter().map(Value::as_bool).collect();
+            match flags {
+                Some(flags) if flags.len() == layers => flags,
+                _ => {
+                    return Err(ModelError::input(
+                        key,
+                        pattern.len(),
+                        format!("must hold one bool per layer ({layers})"),
+                    ));
+                }
+            }
+        }
+        Some(other) => return Err(ModelError::input(key, other, "must be an array of bools")),
+        None => (0..layers).map(|layer| (layer + 1) % period != 0).collect(),
+    };
+    let types: Vec<&str> = sliding
+        .iter()
+        .map(|&s| match s {
+            true => "sliding_attention",
+            false => "full_attention",
+        })
+        .collect();
+    config.insert("layer_types".into(), json!(types));
+    Ok(())
+}
+
+/// GPT-2: learned positions up to `context_length`.
+pub(crate) fn gpt2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("gpt2"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("n_layer".into(), json!(h.required("block_count")?));
+    config.insert("n_embd".into(), json!(h.required("embedding_length")?));
+    config.insert("n_head".into(), json!(h.required("attention.head_count")?));
+    config.insert("n_positions".into(), json!(h.required("context_length")?));
+    config.insert("n_inner".into(), json!(h.required("feed_forward_length")?));
+    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
+        config.insert("layer_norm_epsilon".into(), json!(eps));
+    }
+    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    Ok(config)
+}
+
+/// GPT-NeoX: partial rotary from `rope.dimension_count`, the parallel residual flag.
+pub(crate) fn gpt_neox(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let hidden = h.required("embedding_length")?;
+    let heads = h.required("attention.head_count")?;
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("gpt_neox"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("hidden_size".into(), json!(hidden));
+    config.insert(
+        "num_hidden_layers".into(),
+        json!(h.required("block_count")?),
+    );
+    config.insert("num_attention_heads".into(), json!(heads));
+    config.insert(
+        "intermediate_size".into(),
+        json!(h.required("feed_forward_length")?),
+    );
+    if let Some(context) = h.usize("context_length")? {
+        config.insert("max_position_embeddings".into(), json!(context));
+    }
+    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
+        config.insert("layer_norm_eps".into(), json!(eps));
+    }
+    config.insert(
+        "use_parallel_residual".into(),
+        json!(h.bool("use_parallel_residual")?.unwrap_or(true)),
+    );
+    config.insert(
+        "attention_bias".into(),
+        json!(h.has_tensor("blk.0.attn_qkv.bias")),
+    );
+    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    config.insert(
+        "rope_parameters".into(),
+        rope_parameters(h, hidden / heads, config.get("max_position_embeddings"))?,
+    );
+    Ok(config)
+}
+
+/// BLOOM: ALiBi, which it always has.
+pub(crate) fn bloom(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("bloom"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("n_layer".into(), json!(h.required("block_count")?));
+    config.insert("hidden_size".into(), json!(h.required("embedding_length")?));
+    config.insert("n_head".into(), json!(h.required("attention.head_count")?));
+    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
+        config.insert("layer_norm_epsilon".into(), json!(eps));
+    }
+    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    Ok(config)
+}
+
+/// MPT: ALiBi with `max_alibi_bias` (8 when absent, llama.cpp's default), the feed-forward width
+/// as a ratio of the model's, biases when stored; llama.cpp fixes the norms' epsilon at 1e-5.
+pub(crate) fn mpt(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let d_model = h.required("embedding_length")?;
+    let ff = h.required("feed_forward_length")?;
+    if ff % d_model != 0 {
+        return Err(ModelError::config(
+            h.key("feed_forward_length"),
+            ff,
+            format!("must be a multiple of the model width {d_model} (MPT's expansion_ratio)"),
+        ));
+    }
+    let mut attn_config = Map::new();
+    attn_config.insert("alibi".into(), json!(true));
+    attn_config.insert(
+        "alibi_bias_max".into(),
+        json!(h.f64("attention.max_alibi_bias")?.unwrap_or(8.0)),
+    );
+    if let Some(clip) = h.f64("attention.clamp_kqv")? {
+        attn_config.insert("clip_qkv".into(), json!(clip));
+    }
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("mpt"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("n_layers".into(), json!(h.required("block_count")?));
+    config.insert("d_model".into(), json!(d_model));
+    config.insert("n_heads".into(), json!(h.required("attention.head_count")?));
+    config.insert("expansion_ratio".into(), json!(ff / d_model));
+    if let Some(context) = h.usize("context_length")? {
+        config.insert("max_seq_len".into(), json!(context));
+    }
+    config.insert(
+        "layer_norm_epsilon".into(),
+        json!(h.f64("attention.layer_norm_epsilon")?.unwrap_or(1e-5)),
+    );
+    config.insert(
+        "no_bias".into(),
+        json!(!h.has_tensor("blk.0.attn_qkv.bias")),
+    );
+    config.insert("attn_config".into(), Json::Object(attn_config));
+    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    Ok(config)
+}
