@@ -37,12 +37,19 @@ fn gguf_semantics(family: &str, config: &mut Map<String, Value>) {
             let rope = config["rope_parameters"].as_object_mut().unwrap();
             rope.remove("full_attention");
         }
+        // llama.cpp's YaRN rounds the ramp's ends to whole dimensions; the file has no
+        // `truncate: false`.
+        "gpt_oss" => {
+            let rope = config["rope_parameters"].as_object_mut().unwrap();
+            rope.remove("truncate");
+        }
+        // llama.cpp fixes T5's largest relative distance at 128; the file has no key for it.
+        "t5" => {
+            config.insert("relative_attention_max_distance".into(), json!(128));
+        }
         _ => {}
     }
 }
-
-/// Families whose GGUF architecture this crate does not read yet: an error naming it.
-const NOT_READ: [(&str, &str); 3] = [("bert", "bert"), ("t5", "t5"), ("gpt_oss", "gpt-oss")];
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -94,14 +101,6 @@ fn every_converted_checkpoint_loads_as_its_directory(device: &Device) {
     assert!(families.len() >= 14, "converted checkpoints: {families:?}");
     for family in &families {
         let gguf = checkpoint(family).join("model.gguf");
-        if let Some((_, arch)) = NOT_READ.iter().find(|(f, _)| f == family) {
-            let error = from_gguf(&gguf, device).unwrap_err().to_string();
-            assert!(
-                error.contains("general.architecture") && error.contains(arch),
-                "{family}: {error}"
-            );
-            continue;
-        }
         let dir = scratch(family);
         let text = std::fs::read_to_string(checkpoint(family).join("config.json")).unwrap();
         let mut config: Map<String, Value> = serde_json::from_str(&text).unwrap();

@@ -113,6 +113,12 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
 /// A tiny Llama (2 layers, hidden 32, 4 query and 2 key-value heads of 8, vocabulary 40) as
 /// a Hugging Face directory, and the same weights as llama.cpp writes them (f16, so the
 /// directory holds the f16-rounded values too).
+/// (Hugging Face name, GGUF name, PyTorch shape, values, heads its rows are permuted for).
+type Weight = (String, String, Vec<usize>, Vec<f32>, Option<usize>);
+
+/// Edits the metadata and tensors of the tiny file before it is written.
+type Edit<'a> = &'a dyn Fn(&mut Vec<(&str, Value)>, &mut Vec<GgufTensor>);
+
 fn tiny_llama(dir: &Path) -> (PathBuf, Vec<(&'static str, Value)>, Vec<GgufTensor>) {
     let (hidden, heads, kv_heads, head_dim, ff, vocab, layers) = (32, 4, 2, 8, 48, 40, 2);
     let config = serde_json::json!({
@@ -138,8 +144,7 @@ fn tiny_llama(dir: &Path) -> (PathBuf, Vec<(&'static str, Value)>, Vec<GgufTenso
             })
             .collect()
     };
-    // (HF name, GGUF name, PyTorch shape, values, permuted heads)
-    let mut weights: Vec<(String, String, Vec<usize>, Vec<f32>, Option<usize>)> = vec![
+    let mut weights: Vec<Weight> = vec![
         (
             "model.embed_tokens.weight".into(),
             "token_embd.weight".into(),
@@ -362,7 +367,7 @@ fn broken_files_are_errors_naming_the_key_or_tensor(device: &Device) {
         &["blk.1.ffn_down.weight", "truncated"],
     );
 
-    let rebuilt = |edit: &dyn Fn(&mut Vec<(&str, Value)>, &mut Vec<GgufTensor>)| {
+    let rebuilt = |edit: Edit| {
         let dir = scratch("rebuilt");
         let (_, mut metadata, mut tensors) = tiny_llama(&dir);
         std::fs::remove_dir_all(dir).unwrap();

@@ -26,8 +26,18 @@ pub(crate) enum Transform {
     },
     /// Gemma's norms are `x * (1 + w)`; the converter stores `1 + w`.
     MinusOne,
-    /// GPT-2's `Conv1D` stores `[in, out]`; the converter stores the `nn.Linear` transpose.
+    /// The last two axes swapped: GPT-2's `Conv1D` stores `[in, out]` where the converter stores
+    /// the `nn.Linear` transpose; gpt-oss's experts `[experts, in, out]` are stored per expert as
+    /// `[out, in]`.
     Transpose,
+    /// One half of gpt-oss's fused expert projection: its `gate_up_proj` `[experts, in, 2 * ff]`
+    /// (and `_bias` `[experts, 2 * ff]`) interleaves gate and up columns (gate at even
+    /// columns); the converter stores the halves as two tensors, `[experts, ff, in]` each
+    /// (transposed) and `[experts, ff]`.
+    GateUpHalf {
+        /// The up projection's half (odd columns); the gate's otherwise.
+        up: bool,
+    },
     /// BLOOM's and GPT-NeoX's fused `query_key_value` interleaves each head's `q, k, v` rows;
     /// the converter regroups them as all queries, then all keys, then all values.
     RegroupedQkv {
@@ -42,11 +52,14 @@ pub(crate) struct Architecture {
     pub gguf: &'static str,
     /// Model-wide tensors: llama.cpp's name and the Hugging Face one, without `.weight`/`.bias`.
     pub global_tensors: &'static [(&'static str, &'static str)],
+    /// Where llama.cpp keeps layer `i`: `{gguf_layer_prefix}.{i}.` (`blk`; T5's encoder `enc.blk`).
+    pub gguf_layer_prefix: &'static str,
     /// Where the Hugging Face family keeps layer `i`: `{layer_prefix}.{i}.`.
     pub layer_prefix: &'static str,
-    /// Per-layer tensors: llama.cpp's name (after `blk.{layer}.`) and the Hugging Face one (after
-    /// the layer prefix), without `.weight` / `.bias`.
-    pub layer_tensors: &'static [(&'static str, &'static str)],
+    /// Per-layer tensors: llama.cpp's name (after the layer's prefix) and the Hugging Face one,
+    /// without `.weight` / `.bias`; a function of the config where it chooses the names (T5's
+    /// gated feed-forward).
+    pub layer_tensors: fn(&Map<String, Json>) -> &'static [(&'static str, &'static str)],
     /// The converter's change to `tensor` (a per-layer name such as `attn_q`, or a global one)
     /// of `suffix` (`weight` or `bias`).
     pub transform: fn(tensor: &str, suffix: &str, config: &Map<String, Json>) -> Transform,
@@ -143,13 +156,89 @@ const MPT_LAYER: &[(&str, &str)] = &[
     ("ffn_down", "ffn.down_proj"),
 ];
 
+/// gpt-oss's layer: Llama's attention with sinks and a post-attention norm, routed experts.
+const GPT_OSS_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_sinks", "self_attn.sinks"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("ffn_gate_inp", "mlp.router"),
+    ("ffn_gate_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_up_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_down_exps", "mlp.experts.down_proj"),
+];
+
+/// Hugging Face parameters stored without a `.weight` suffix (their bias, where they have one, is
+/// `{name}_bias`).
+const BARE_PARAMETERS: [&str; 3] = [
+    "self_attn.sinks",
+    "mlp.experts.gate_up_proj",
+    "mlp.experts.down_proj",
+];
+
+/// BERT's layer: post-norm, each branch's norm under its output.
+const BERT_LAYER: &[(&str, &str)] = &[
+    ("attn_q", "attention.self.query"),
+    ("attn_k", "attention.self.key"),
+    ("attn_v", "attention.self.value"),
+    ("attn_output", "attention.output.dense"),
+    ("attn_output_norm", "attention.output.LayerNorm"),
+    ("ffn_up", "intermediate.dense"),
+    ("ffn_down", "output.dense"),
+    ("layer_output_norm", "output.LayerNorm"),
+];
+
+/// T5's encoder layer with its ReLU feed-forward (`wi`); the relative bias is layer 0's only.
+const T5_ENCODER_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "layer.0.layer_norm"),
+    ("attn_q", "layer.0.SelfAttention.q"),
+    ("attn_k", "layer.0.SelfAttention.k"),
+    ("attn_v", "layer.0.SelfAttention.v"),
+    ("attn_o", "layer.0.SelfAttention.o"),
+    (
+        "attn_rel_b",
+        "layer.0.SelfAttention.relative_attention_bias",
+    ),
+    ("ffn_norm", "layer.1.layer_norm"),
+    ("ffn_up", "layer.1.DenseReluDense.wi"),
+    ("ffn_down", "layer.1.DenseReluDense.wo"),
+];
+
+/// T5 v1.1's gated feed-forward (`wi_0` the gate, `wi_1` the up projection).
+const T5_ENCODER_GATED_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "layer.0.layer_norm"),
+    ("attn_q", "layer.0.SelfAttention.q"),
+    ("attn_k", "layer.0.SelfAttention.k"),
+    ("attn_v", "layer.0.SelfAttention.v"),
+    ("attn_o", "layer.0.SelfAttention.o"),
+    (
+        "attn_rel_b",
+        "layer.0.SelfAttention.relative_attention_bias",
+    ),
+    ("ffn_norm", "layer.1.layer_norm"),
+    ("ffn_gate", "layer.1.DenseReluDense.wi_0"),
+    ("ffn_up", "layer.1.DenseReluDense.wi_1"),
+    ("ffn_down", "layer.1.DenseReluDense.wo"),
+];
+
+fn t5_encoder_layer(config: &Map<String, Json>) -> &'static [(&'static str, &'static str)] {
+    match config.get("feed_forward_proj").and_then(Json::as_str) {
+        Some(proj) if proj.starts_with("gated-") => T5_ENCODER_GATED_LAYER,
+        _ => T5_ENCODER_LAYER,
+    }
+}
+
 /// Every architecture this crate reads.
 pub(crate) const ARCHITECTURES: &[Architecture] = &[
     Architecture {
         gguf: "llama",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: LLAMA_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| LLAMA_LAYER,
         transform: permuted_qk,
         config: config::llama,
     },
@@ -157,7 +246,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         gguf: "qwen2",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: LLAMA_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| LLAMA_LAYER,
         transform: as_stored,
         config: config::qwen2,
     },
@@ -165,7 +255,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         gguf: "qwen3",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: LLAMA_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| LLAMA_LAYER,
         transform: as_stored,
         config: config::qwen3,
     },
@@ -173,7 +264,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         gguf: "phi3",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: PHI3_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| PHI3_LAYER,
         transform: as_stored,
         config: config::phi3,
     },
@@ -181,7 +273,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         gguf: "gemma2",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: GEMMA_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GEMMA_LAYER,
         transform: norms_plus_one,
         config: config::gemma2,
     },
@@ -189,7 +282,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         gguf: "gemma3",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
-        layer_tensors: GEMMA_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GEMMA_LAYER,
         transform: norms_plus_one,
         config: config::gemma3,
     },
@@ -202,7 +296,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
             ("output", "lm_head"),
         ],
         layer_prefix: "transformer.h",
-        layer_tensors: GPT2_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GPT2_LAYER,
         transform: conv1d_transposed,
         config: config::gpt2,
     },
@@ -214,7 +309,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
             ("output", "embed_out"),
         ],
         layer_prefix: "gpt_neox.layers",
-        layer_tensors: GPT_NEOX_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GPT_NEOX_LAYER,
         transform: regrouped_qkv,
         config: config::gpt_neox,
     },
@@ -227,7 +323,8 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
             ("output", "lm_head"),
         ],
         layer_prefix: "transformer.h",
-        layer_tensors: BLOOM_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| BLOOM_LAYER,
         transform: regrouped_qkv,
         config: config::bloom,
     },
@@ -239,9 +336,45 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
             ("output", "lm_head"),
         ],
         layer_prefix: "transformer.blocks",
-        layer_tensors: MPT_LAYER,
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| MPT_LAYER,
         transform: as_stored,
         config: config::mpt,
+    },
+    Architecture {
+        gguf: "gpt-oss",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GPT_OSS_LAYER,
+        transform: experts_transposed,
+        config: config::gpt_oss,
+    },
+    Architecture {
+        gguf: "bert",
+        global_tensors: &[
+            ("token_embd", "embeddings.word_embeddings"),
+            ("position_embd", "embeddings.position_embeddings"),
+            ("token_types", "embeddings.token_type_embeddings"),
+            ("token_embd_norm", "embeddings.LayerNorm"),
+        ],
+        gguf_layer_prefix: "blk",
+        layer_prefix: "encoder.layer",
+        layer_tensors: |_| BERT_LAYER,
+        transform: as_stored,
+        config: config::bert,
+    },
+    Architecture {
+        gguf: "t5encoder",
+        global_tensors: &[
+            ("token_embd", "shared"),
+            ("enc.output_norm", "encoder.final_layer_norm"),
+        ],
+        gguf_layer_prefix: "enc.blk",
+        layer_prefix: "encoder.block",
+        layer_tensors: t5_encoder_layer,
+        transform: as_stored,
+        config: config::t5_encoder,
     },
 ];
 
@@ -283,6 +416,16 @@ fn norms_plus_one(tensor: &str, _: &str, _: &Map<String, Json>) -> Transform {
 fn conv1d_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
     match (tensor, suffix) {
         ("attn_qkv" | "attn_output" | "ffn_up" | "ffn_down", "weight") => Transform::Transpose,
+        _ => Transform::None,
+    }
+}
+
+/// gpt-oss: the experts' gate and up halves, and their down projections, transposed per expert.
+fn experts_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
+    match (tensor, suffix) {
+        ("ffn_gate_exps", _) => Transform::GateUpHalf { up: false },
+        ("ffn_up_exps", _) => Transform::GateUpHalf { up: true },
+        ("ffn_down_exps", "weight") => Transform::Transpose,
         _ => Transform::None,
     }
 }
@@ -340,18 +483,21 @@ pub(crate) fn hugging_face_name(
         let transform = (architecture.transform)(stem, suffix, config);
         return Some((format!("{hf}.{suffix}"), transform));
     }
-    let rest = stem.strip_prefix("blk.")?;
+    let rest = stem
+        .strip_prefix(architecture.gguf_layer_prefix)?
+        .strip_prefix('.')?;
     let (layer, tensor) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let (_, hf) = architecture
-        .layer_tensors
+    let (_, hf) = (architecture.layer_tensors)(config)
         .iter()
         .find(|(gguf, _)| *gguf == tensor)?;
     let transform = (architecture.transform)(tensor, suffix, config);
-    Some((
-        format!("{}.{layer}.{hf}.{suffix}", architecture.layer_prefix),
-        transform,
-    ))
+    let name = match (BARE_PARAMETERS.contains(hf), suffix) {
+        (true, "weight") => format!("{}.{layer}.{hf}", architecture.layer_prefix),
+        (true, _) => format!("{}.{layer}.{hf}_bias", architecture.layer_prefix),
+        (false, _) => format!("{}.{layer}.{hf}.{suffix}", architecture.layer_prefix),
+    };
+    Some((name, transform))
 }
 
 /// Whether `transform` applies to a tensor of `shape`: an error names the tensor otherwise.
@@ -363,7 +509,8 @@ pub(crate) fn check_transform(
     let rows = shape.first().copied().unwrap_or(0);
     let fits = match transform {
         Transform::None | Transform::MinusOne => true,
-        Transform::Transpose => shape.len() == 2,
+        Transform::Transpose => shape.len() >= 2,
+        Transform::GateUpHalf { .. } => shape.len() == 2 || shape.len() == 3,
         Transform::UnpermuteRope { heads } => heads > 0 && rows % (2 * heads) == 0,
         Transform::RegroupedQkv { heads } => heads > 0 && rows % (3 * heads) == 0,
     };
@@ -399,16 +546,9 @@ pub(crate) fn undo(
     match transform {
         Transform::None => (values, shape),
         Transform::MinusOne => (values.into_iter().map(|w| w - 1.0).collect(), shape),
-        Transform::Transpose => {
-            let (r, c) = (shape[0], shape[1]);
-            let mut out = vec![0f32; values.len()];
-            for i in 0..r {
-                for j in 0..c {
-                    out[j * r + i] = values[i * c + j];
-                }
-            }
-            (out, vec![c, r])
-        }
+        Transform::Transpose => transpose_last(values, shape),
+        // combined with the other half by `interleave_gate_up`
+        Transform::GateUpHalf { .. } => (values, shape),
         Transform::UnpermuteRope { heads } => {
             // transformers' `_reverse_permute_weights`: rows [heads, half, 2] -> [heads, 2, half]
             let half = rows / heads / 2;
@@ -429,5 +569,125 @@ pub(crate) fn undo(
             };
             (move_rows(&values, &to), shape)
         }
+    }
+}
+
+/// `values` of `shape` with the last two axes swapped.
+fn transpose_last(values: Vec<f32>, mut shape: Vec<usize>) -> (Vec<f32>, Vec<usize>) {
+    let n = shape.len();
+    let (r, c) = (shape[n - 2], shape[n - 1]);
+    let mut out = vec![0f32; values.len()];
+    for (from, to) in values.chunks_exact(r * c).zip(out.chunks_exact_mut(r * c)) {
+        for i in 0..r {
+            for j in 0..c {
+                to[j * r + i] = from[i * c + j];
+            }
+        }
+    }
+    shape.swap(n - 2, n - 1);
+    (out, shape)
+}
+
+/// The Hugging Face shape of a tensor stored as `shape` under `transform`.
+pub(crate) fn transformed_shape(transform: Transform, shape: Vec<usize>) -> Vec<usize> {
+    let mut shape = shape;
+    let n = shape.len();
+    match transform {
+        Transform::Transpose => shape.swap(n - 2, n - 1),
+        // [experts, ff, in] -> [experts, in, 2 ff]; [experts, ff] -> [experts, 2 ff]
+        Transform::GateUpHalf { .. } => {
+            if n == 3 {
+                shape.swap(1, 2);
+            }
+            shape[n - 1] *= 2;
+        }
+        _ => {}
+    }
+    shape
+}
+
+/// gpt-oss's `gate_up_proj` (or its bias) from the stored halves: each `[experts, ff, in]`
+/// transposed to `[experts, in, ff]` (a bias `[experts, ff]` as it is), then the gate's columns at
+/// even indices and up's at odd ones.
+pub(crate) fn interleave_gate_up(
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    stored: Vec<usize>,
+) -> (Vec<f32>, Vec<usize>) {
+    let (gate, shape) = match stored.len() {
+        3 => transpose_last(gate, stored.clone()),
+        _ => (gate, stored.clone()),
+    };
+    let (up, _) = match stored.len() {
+        3 => transpose_last(up, stored),
+        _ => (up, stored),
+    };
+    let ff = shape[shape.len() - 1];
+    let mut out = Vec::with_capacity(gate.len() * 2);
+    for (g, u) in gate.chunks_exact(ff).zip(up.chunks_exact(ff)) {
+        for i in 0..ff {
+            out.push(g[i]);
+            out.push(u[i]);
+        }
+    }
+    let mut shape = shape;
+    let n = shape.len();
+    shape[n - 1] = 2 * ff;
+    (out, shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// gpt-oss's halves go back to the interleaved columns transformers stores: weights
+    /// `[experts, ff, in]` transposed to `[experts, in, ff]`, gate at even columns; biases
+    /// `[experts, ff]` likewise.
+    #[test]
+    fn gate_and_up_halves_interleave_as_transformers_stores_them() {
+        // one expert, ff 2, in 3: gate[f][i] = 10 f + i, up[f][i] = 100 + 10 f + i
+        let gate = vec![0., 1., 2., 10., 11., 12.];
+        let up = vec![100., 101., 102., 110., 111., 112.];
+        let (values, shape) = interleave_gate_up(gate, up, vec![1, 2, 3]);
+        assert_eq!(shape, vec![1, 3, 4]);
+        // row i: [gate[0][i], up[0][i], gate[1][i], up[1][i]]
+        assert_eq!(
+            values,
+            vec![
+                0., 100., 10., 110., 1., 101., 11., 111., 2., 102., 12., 112.
+            ]
+        );
+        assert_eq!(
+            transformed_shape(Transform::GateUpHalf { up: false }, vec![1, 2, 3]),
+            shape
+        );
+        let (bias, shape) = interleave_gate_up(vec![1., 2.], vec![3., 4.], vec![1, 2]);
+        assert_eq!((bias, shape), (vec![1., 3., 2., 4.], vec![1, 4]));
+    }
+
+    /// The per-head regrouping and the transposes undo what the converter does.
+    #[test]
+    fn transforms_undo_the_converter() {
+        // 2 heads of d 1: HF rows [q0, k0, v0, q1, k1, v1]; stored [q0, q1, k0, k1, v0, v1]
+        let stored = vec![0., 3., 1., 4., 2., 5.];
+        let (values, _) = undo(Transform::RegroupedQkv { heads: 2 }, stored, vec![6]);
+        assert_eq!(values, vec![0., 1., 2., 3., 4., 5.]);
+        let (values, shape) = undo(
+            Transform::Transpose,
+            vec![1., 2., 3., 4., 5., 6.],
+            vec![2, 3],
+        );
+        assert_eq!((values, shape), (vec![1., 4., 2., 5., 3., 6.], vec![3, 2]));
+        // Llama's permutation of one head of 4 rows: stored [x0, y0, x1, y1] -> [x0, x1, y0, y1]
+        let (values, _) = undo(
+            Transform::UnpermuteRope { heads: 1 },
+            vec![0., 2., 1., 3.],
+            vec![4],
+        );
+        assert_eq!(values, vec![0., 1., 2., 3.]);
+        let (values, _) = undo(Transform::MinusOne, vec![1.5], vec![1]);
+        assert_eq!(values, vec![0.5]);
+        assert!(check_transform(Transform::RegroupedQkv { heads: 2 }, &[5, 4], "t").is_err());
+        assert!(check_transform(Transform::UnpermuteRope { heads: 3 }, &[8, 4], "t").is_err());
     }
 }

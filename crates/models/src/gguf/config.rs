@@ -542,3 +542,105 @@ pub(crate) fn mpt(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     config.insert("tie_word_embeddings".into(), json!(h.tied()));
     Ok(config)
 }
+
+/// BERT: an encoder (`attention.causal` must be false), learned positions up to
+/// `context_length`, token types as many as the tokenizer counts (the table's rows otherwise).
+pub(crate) fn bert(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    if h.bool("attention.causal")? == Some(true) {
+        return Err(ModelError::config(
+            h.key("attention.causal"),
+            true,
+            "must be false: BERT attends both ways",
+        ));
+    }
+    let type_vocab = match h.file.metadata.get("tokenizer.ggml.token_type_count") {
+        Some(count) => count.as_u64().ok_or_else(|| {
+            ModelError::input(
+                "tokenizer.ggml.token_type_count",
+                count,
+                "must be an integer",
+            )
+        })? as usize,
+        None => h
+            .file
+            .tensor_info("token_types.weight")
+            .and_then(|t| t.shape().first().copied())
+            .unwrap_or(2),
+    };
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("bert"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("hidden_size".into(), json!(h.required("embedding_length")?));
+    config.insert(
+        "num_hidden_layers".into(),
+        json!(h.required("block_count")?),
+    );
+    config.insert(
+        "num_attention_heads".into(),
+        json!(h.required("attention.head_count")?),
+    );
+    config.insert(
+        "intermediate_size".into(),
+        json!(h.required("feed_forward_length")?),
+    );
+    config.insert(
+        "max_position_embeddings".into(),
+        json!(h.required("context_length")?),
+    );
+    config.insert("type_vocab_size".into(), json!(type_vocab));
+    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
+        config.insert("layer_norm_eps".into(), json!(eps));
+    }
+    Ok(config)
+}
+
+/// T5's encoder: the relative bias's buckets from the file and its largest distance 128
+/// (llama.cpp's constant: the file has no key for it); a gated feed-forward (`ffn_gate`, GELU as
+/// llama.cpp runs it) or ReLU.
+pub(crate) fn t5_encoder(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = Map::new();
+    config.insert("model_type".into(), json!("t5"));
+    config.insert("vocab_size".into(), json!(h.vocab_size()?));
+    config.insert("d_model".into(), json!(h.required("embedding_length")?));
+    config.insert("d_ff".into(), json!(h.required("feed_forward_length")?));
+    config.insert("num_layers".into(), json!(h.required("block_count")?));
+    config.insert(
+        "num_heads".into(),
+        json!(h.required("attention.head_count")?),
+    );
+    config.insert("d_kv".into(), json!(h.required("attention.key_length")?));
+    if let Some(buckets) = h.usize("attention.relative_buckets_count")? {
+        config.insert("relative_attention_num_buckets".into(), json!(buckets));
+    }
+    config.insert("relative_attention_max_distance".into(), json!(128));
+    if let Some(eps) = h.f64("attention.layer_norm_rms_epsilon")? {
+        config.insert("layer_norm_epsilon".into(), json!(eps));
+    }
+    let gated = h.has_tensor("enc.blk.0.ffn_gate.weight");
+    config.insert(
+        "feed_forward_proj".into(),
+        json!(if gated { "gated-gelu" } else { "relu" }),
+    );
+    Ok(config)
+}
+
+/// gpt-oss: Llama with biases, sinks and routed experts (`expert_count`, `expert_used_count`,
+/// each `expert_feed_forward_length` wide); sliding and full layers alternating, sliding first
+/// (llama.cpp's `set_swa_pattern(2)`); YaRN rounding its ramp to whole dimensions, as llama.cpp
+/// does (the file has no `truncate`).
+pub(crate) fn gpt_oss(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "gpt_oss")?;
+    config.insert(
+        "num_local_experts".into(),
+        json!(h.required("expert_count")?),
+    );
+    config.insert(
+        "num_experts_per_tok".into(),
+        json!(h.required("expert_used_count")?),
+    );
+    if let Some(ff) = h.usize("expert_feed_forward_length")? {
+        config.insert("intermediate_size".into(), json!(ff));
+    }
+    layer_types(h, &mut config, 2)?;
+    Ok(config)
+}

@@ -25,7 +25,9 @@ pub use file::{GgufFile, Metadata, TensorInfo, Value};
 pub use quant::GgmlType;
 pub use tokenizer::{special_token_id, tokenizer};
 
-pub(crate) use architecture::{CONFIG_TENSORS, Transform, check_transform, undo};
+pub(crate) use architecture::{
+    CONFIG_TENSORS, Transform, check_transform, interleave_gate_up, transformed_shape, undo,
+};
 
 use std::path::Path;
 
@@ -36,8 +38,8 @@ use crate::huggingface::{Checkpoint, HuggingFaceConfig, from_checkpoint};
 use crate::transformer::Transformer;
 
 /// The model of the GGUF file at `path`, in f32 on `device`: llama.cpp's `llama` (Llama,
-/// Mistral, SmolLM), `qwen2`, `qwen3`, `phi3`, `gemma2`, `gemma3`, `gpt2`, `gptneox`, `bloom` and
-/// `mpt` architectures.
+/// Mistral, SmolLM), `qwen2`, `qwen3`, `phi3`, `gemma2`, `gemma3`, `gpt-oss`, `gpt2`, `gptneox`,
+/// `bloom`, `mpt`, `bert` and `t5encoder` architectures.
 pub fn from_gguf(path: impl AsRef<Path>, device: &Device) -> Result<Transformer, ModelError> {
     let (config, mut checkpoint) = open(path)?;
     from_checkpoint(&config, &mut checkpoint, device)

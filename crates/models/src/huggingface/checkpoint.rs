@@ -13,7 +13,10 @@ use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
 
 use crate::error::ModelError;
-use crate::gguf::{CONFIG_TENSORS, GgufFile, Transform, check_transform, undo};
+use crate::gguf::{
+    CONFIG_TENSORS, GgufFile, Transform, check_transform, interleave_gate_up, transformed_shape,
+    undo,
+};
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
@@ -34,6 +37,8 @@ enum Location {
     Shard(usize),
     /// The GGUF file's tensor of this index, with what its converter did to it.
     Gguf(usize, Transform),
+    /// Two GGUF tensors that are the gate and up halves of one fused tensor (gpt-oss's experts).
+    GgufGateUp { gate: usize, up: usize },
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -156,20 +161,52 @@ impl Checkpoint {
             })?;
             let stored = tensor.shape();
             check_transform(transform, &stored, &tensor.name)?;
-            // The Hugging Face shape: a transposed tensor swaps its axes back.
-            let shape = match transform {
-                Transform::Transpose => stored.iter().rev().copied().collect(),
-                _ => stored,
+            let shape = transformed_shape(transform, stored);
+            let location = match (transform, index.get(&name)) {
+                // The second half of a fused pair joins the first.
+                (
+                    Transform::GateUpHalf { up },
+                    Some((
+                        Location::Gguf(other, Transform::GateUpHalf { up: other_up }),
+                        other_shape,
+                    )),
+                ) if up != *other_up && *other_shape == shape => match up {
+                    true => Location::GgufGateUp {
+                        gate: *other,
+                        up: i,
+                    },
+                    false => Location::GgufGateUp {
+                        gate: i,
+                        up: *other,
+                    },
+                },
+                (_, Some(_)) => {
+                    let first = index.get(&name).map(|(l, _)| match l {
+                        Location::Gguf(first, _) | Location::GgufGateUp { gate: first, .. } => {
+                            file.tensors[*first].name.as_str()
+                        }
+                        Location::Shard(_) => "",
+                    });
+                    return Err(ModelError::input(
+                        "tensor",
+                        &tensor.name,
+                        format!("and {} both map to {name:?}", first.unwrap_or_default()),
+                    ));
+                }
+                (_, None) => Location::Gguf(i, transform),
             };
-            if let Some((Location::Gguf(first, _), _)) =
-                index.insert(name.clone(), (Location::Gguf(i, transform), shape))
-            {
-                return Err(ModelError::input(
-                    "tensor",
-                    &tensor.name,
-                    format!("and {} both map to {name:?}", file.tensors[first].name),
-                ));
-            }
+            index.insert(name, (location, shape));
+        }
+        // A half whose other half never came.
+        if let Some((name, _)) = index
+            .iter()
+            .find(|(_, (l, _))| matches!(l, Location::Gguf(_, Transform::GateUpHalf { .. })))
+        {
+            return Err(ModelError::input(
+                "tensor",
+                name,
+                "has its gate or its up half in the file, not both",
+            ));
         }
         Ok(Self {
             path: file.path().to_owned(),
@@ -243,6 +280,16 @@ impl Checkpoint {
                     .expect("GGUF locations come with their file");
                 let tensor = &file.tensors[tensor];
                 let (values, shape) = undo(transform, file.dequantize(tensor)?, tensor.shape());
+                TensorData::new(values, shape)
+            }
+            Location::GgufGateUp { gate, up } => {
+                let file = self
+                    .gguf
+                    .as_ref()
+                    .expect("GGUF locations come with their file");
+                let (gate, up) = (&file.tensors[gate], &file.tensors[up]);
+                let (values, shape) =
+                    interleave_gate_up(file.dequantize(gate)?, file.dequantize(up)?, gate.shape());
                 TensorData::new(values, shape)
             }
         };
