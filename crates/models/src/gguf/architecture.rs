@@ -46,12 +46,15 @@ pub(crate) enum Transform {
     },
 }
 
+/// A name table: llama.cpp's tensor name and the Hugging Face one.
+type Names = &'static [(&'static str, &'static str)];
+
 /// One architecture: its `general.architecture`, the family it loads as, and its names.
 pub(crate) struct Architecture {
     /// `general.architecture`.
     pub gguf: &'static str,
     /// Model-wide tensors: llama.cpp's name and the Hugging Face one, without `.weight`/`.bias`.
-    pub global_tensors: &'static [(&'static str, &'static str)],
+    pub global_tensors: Names,
     /// Where llama.cpp keeps layer `i`: `{gguf_layer_prefix}.{i}.` (`blk`; T5's encoder `enc.blk`).
     pub gguf_layer_prefix: &'static str,
     /// Where the Hugging Face family keeps layer `i`: `{layer_prefix}.{i}.`.
@@ -59,7 +62,7 @@ pub(crate) struct Architecture {
     /// Per-layer tensors: llama.cpp's name (after the layer's prefix) and the Hugging Face one,
     /// without `.weight` / `.bias`; a function of the config where it chooses the names (T5's
     /// gated feed-forward).
-    pub layer_tensors: fn(&Map<String, Json>) -> &'static [(&'static str, &'static str)],
+    pub layer_tensors: fn(&Map<String, Json>) -> Names,
     /// The converter's change to `tensor` (a per-layer name such as `attn_q`, or a global one)
     /// of `suffix` (`weight` or `bias`).
     pub transform: fn(tensor: &str, suffix: &str, config: &Map<String, Json>) -> Transform,
@@ -224,7 +227,7 @@ const T5_ENCODER_GATED_LAYER: &[(&str, &str)] = &[
     ("ffn_down", "layer.1.DenseReluDense.wo"),
 ];
 
-fn t5_encoder_layer(config: &Map<String, Json>) -> &'static [(&'static str, &'static str)] {
+fn t5_encoder_layer(config: &Map<String, Json>) -> Names {
     match config.get("feed_forward_proj").and_then(Json::as_str) {
         Some(proj) if proj.starts_with("gated-") => T5_ENCODER_GATED_LAYER,
         _ => T5_ENCODER_LAYER,
