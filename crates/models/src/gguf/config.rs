@@ -25,47 +25,38 @@ impl Hparams<'_> {
         self.file.metadata.get(&self.key(suffix))
     }
 
+    /// `{arch}.{suffix}` read by `read`, if present; an error saying it `must be` otherwise.
+    fn typed<'v, T>(
+        &'v self,
+        suffix: &str,
+        must_be: &str,
+        read: impl Fn(&'v Value) -> Option<T>,
+    ) -> Result<Option<T>, ModelError> {
+        self.get(suffix)
+            .map(|v| read(v).ok_or_else(|| ModelError::input(self.key(suffix), v, must_be)))
+            .transpose()
+    }
+
     /// `{arch}.{suffix}` as an unsigned integer, if present.
     fn usize(&self, suffix: &str) -> Result<Option<usize>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|v| usize::try_from(v).ok())
-                    .ok_or_else(|| {
-                        ModelError::input(self.key(suffix), v, "must be a non-negative integer")
-                    })
-            })
-            .transpose()
+        self.typed(suffix, "must be a non-negative integer", |v| {
+            v.as_u64().and_then(|v| usize::try_from(v).ok())
+        })
     }
 
     /// `{arch}.{suffix}` as a number, if present.
     fn f64(&self, suffix: &str) -> Result<Option<f64>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_f64()
-                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a number"))
-            })
-            .transpose()
+        self.typed(suffix, "must be a number", Value::as_f64)
     }
 
     /// `{arch}.{suffix}` as a string, if present.
     fn str(&self, suffix: &str) -> Result<Option<&str>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a string"))
-            })
-            .transpose()
+        self.typed(suffix, "must be a string", Value::as_str)
     }
 
     /// `{arch}.{suffix}` as a bool, if present.
     fn bool(&self, suffix: &str) -> Result<Option<bool>, ModelError> {
-        self.get(suffix)
-            .map(|v| {
-                v.as_bool()
-                    .ok_or_else(|| ModelError::input(self.key(suffix), v, "must be a bool"))
-            })
-            .transpose()
+        self.typed(suffix, "must be a bool", Value::as_bool)
     }
 
     /// `{arch}.{suffix}`, which must be present and positive.
@@ -135,6 +126,38 @@ impl Hparams<'_> {
     fn tied(&self) -> bool {
         !self.has_tensor("output.weight")
     }
+
+    /// `{arch}.{suffix}` as a JSON number (an integer stays one), if present.
+    fn number(&self, suffix: &str) -> Result<Option<Json>, ModelError> {
+        self.typed(suffix, "must be a number", |value| match value {
+            Value::F32(_) | Value::F64(_) => value.as_f64().map(|x| json!(x)),
+            _ => value.as_u64().map(|x| json!(x)),
+        })
+    }
+
+    /// A family's config: `model_type`, `vocab_size` and `tie_word_embeddings`, then each
+    /// `required` key (llama.cpp's name after `{arch}.` -> the family's field) and each `optional`
+    /// one that the file has, as transformers' `GGUF_CONFIG_MAPPING` lists them.
+    fn family_config(
+        &self,
+        model_type: &str,
+        required: &[(&str, &str)],
+        optional: &[(&str, &str)],
+    ) -> Result<Map<String, Json>, ModelError> {
+        let mut config = Map::new();
+        config.insert("model_type".into(), json!(model_type));
+        config.insert("vocab_size".into(), json!(self.vocab_size()?));
+        config.insert("tie_word_embeddings".into(), json!(self.tied()));
+        for (key, field) in required {
+            config.insert((*field).into(), json!(self.required(key)?));
+        }
+        for (key, field) in optional {
+            if let Some(value) = self.number(key)? {
+                config.insert((*field).into(), value);
+            }
+        }
+        Ok(config)
+    }
 }
 
 /// What every Llama-like architecture stores: sizes, norm epsilon, RoPE, the head's tying.
@@ -153,28 +176,21 @@ fn llama_like(h: &Hparams, model_type: &str) -> Result<Map<String, Json>, ModelE
             format!("must equal the key width {head_dim} (no family here has another)"),
         ));
     }
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!(model_type));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("hidden_size".into(), json!(hidden));
-    config.insert(
-        "intermediate_size".into(),
-        json!(h.required("feed_forward_length")?),
-    );
-    config.insert(
-        "num_hidden_layers".into(),
-        json!(h.required("block_count")?),
-    );
-    config.insert("num_attention_heads".into(), json!(heads));
+    let mut config = h.family_config(
+        model_type,
+        &[
+            ("embedding_length", "hidden_size"),
+            ("feed_forward_length", "intermediate_size"),
+            ("block_count", "num_hidden_layers"),
+            ("attention.head_count", "num_attention_heads"),
+        ],
+        &[
+            ("context_length", "max_position_embeddings"),
+            ("attention.layer_norm_rms_epsilon", "rms_norm_eps"),
+        ],
+    )?;
     config.insert("num_key_value_heads".into(), json!(kv_heads));
     config.insert("head_dim".into(), json!(head_dim));
-    if let Some(context) = h.usize("context_length")? {
-        config.insert("max_position_embeddings".into(), json!(context));
-    }
-    if let Some(eps) = h.f64("attention.layer_norm_rms_epsilon")? {
-        config.insert("rms_norm_eps".into(), json!(eps));
-    }
-    config.insert("tie_word_embeddings".into(), json!(h.tied()));
     // Biases are stored when the projections have them.
     if h.has_tensor("blk.0.attn_output.bias") {
         config.insert("attention_bias".into(), json!(true));
@@ -430,44 +446,34 @@ fn layer_types(
 
 /// GPT-2: learned positions up to `context_length`.
 pub(crate) fn gpt2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("gpt2"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("n_layer".into(), json!(h.required("block_count")?));
-    config.insert("n_embd".into(), json!(h.required("embedding_length")?));
-    config.insert("n_head".into(), json!(h.required("attention.head_count")?));
-    config.insert("n_positions".into(), json!(h.required("context_length")?));
-    config.insert("n_inner".into(), json!(h.required("feed_forward_length")?));
-    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
-        config.insert("layer_norm_epsilon".into(), json!(eps));
-    }
-    config.insert("tie_word_embeddings".into(), json!(h.tied()));
-    Ok(config)
+    h.family_config(
+        "gpt2",
+        &[
+            ("block_count", "n_layer"),
+            ("embedding_length", "n_embd"),
+            ("attention.head_count", "n_head"),
+            ("context_length", "n_positions"),
+            ("feed_forward_length", "n_inner"),
+        ],
+        &[("attention.layer_norm_epsilon", "layer_norm_epsilon")],
+    )
 }
 
 /// GPT-NeoX: partial rotary from `rope.dimension_count`, the parallel residual flag.
 pub(crate) fn gpt_neox(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
-    let hidden = h.required("embedding_length")?;
-    let heads = h.required("attention.head_count")?;
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("gpt_neox"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("hidden_size".into(), json!(hidden));
-    config.insert(
-        "num_hidden_layers".into(),
-        json!(h.required("block_count")?),
-    );
-    config.insert("num_attention_heads".into(), json!(heads));
-    config.insert(
-        "intermediate_size".into(),
-        json!(h.required("feed_forward_length")?),
-    );
-    if let Some(context) = h.usize("context_length")? {
-        config.insert("max_position_embeddings".into(), json!(context));
-    }
-    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
-        config.insert("layer_norm_eps".into(), json!(eps));
-    }
+    let mut config = h.family_config(
+        "gpt_neox",
+        &[
+            ("embedding_length", "hidden_size"),
+            ("block_count", "num_hidden_layers"),
+            ("attention.head_count", "num_attention_heads"),
+            ("feed_forward_length", "intermediate_size"),
+        ],
+        &[
+            ("context_length", "max_position_embeddings"),
+            ("attention.layer_norm_epsilon", "layer_norm_eps"),
+        ],
+    )?;
     config.insert(
         "use_parallel_residual".into(),
         json!(h.bool("use_parallel_residual")?.unwrap_or(true)),
@@ -476,27 +482,25 @@ pub(crate) fn gpt_neox(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
         "attention_bias".into(),
         json!(h.has_tensor("blk.0.attn_qkv.bias")),
     );
-    config.insert("tie_word_embeddings".into(), json!(h.tied()));
+    let head_dim = h.required("embedding_length")? / h.required("attention.head_count")?;
     config.insert(
         "rope_parameters".into(),
-        rope_parameters(h, hidden / heads, config.get("max_position_embeddings"))?,
+        rope_parameters(h, head_dim, config.get("max_position_embeddings"))?,
     );
     Ok(config)
 }
 
 /// BLOOM: ALiBi, which it always has.
 pub(crate) fn bloom(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("bloom"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("n_layer".into(), json!(h.required("block_count")?));
-    config.insert("hidden_size".into(), json!(h.required("embedding_length")?));
-    config.insert("n_head".into(), json!(h.required("attention.head_count")?));
-    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
-        config.insert("layer_norm_epsilon".into(), json!(eps));
-    }
-    config.insert("tie_word_embeddings".into(), json!(h.tied()));
-    Ok(config)
+    h.family_config(
+        "bloom",
+        &[
+            ("block_count", "n_layer"),
+            ("embedding_length", "hidden_size"),
+            ("attention.head_count", "n_head"),
+        ],
+        &[("attention.layer_norm_epsilon", "layer_norm_epsilon")],
+    )
 }
 
 /// MPT: ALiBi with `max_alibi_bias` (8 when absent, llama.cpp's default), the feed-forward width
@@ -520,16 +524,16 @@ pub(crate) fn mpt(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     if let Some(clip) = h.f64("attention.clamp_kqv")? {
         attn_config.insert("clip_qkv".into(), json!(clip));
     }
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("mpt"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("n_layers".into(), json!(h.required("block_count")?));
-    config.insert("d_model".into(), json!(d_model));
-    config.insert("n_heads".into(), json!(h.required("attention.head_count")?));
+    let mut config = h.family_config(
+        "mpt",
+        &[
+            ("block_count", "n_layers"),
+            ("embedding_length", "d_model"),
+            ("attention.head_count", "n_heads"),
+        ],
+        &[("context_length", "max_seq_len")],
+    )?;
     config.insert("expansion_ratio".into(), json!(ff / d_model));
-    if let Some(context) = h.usize("context_length")? {
-        config.insert("max_seq_len".into(), json!(context));
-    }
     config.insert(
         "layer_norm_epsilon".into(),
         json!(h.f64("attention.layer_norm_epsilon")?.unwrap_or(1e-5)),
@@ -539,7 +543,6 @@ pub(crate) fn mpt(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
         json!(!h.has_tensor("blk.0.attn_qkv.bias")),
     );
     config.insert("attn_config".into(), Json::Object(attn_config));
-    config.insert("tie_word_embeddings".into(), json!(h.tied()));
     Ok(config)
 }
 
@@ -567,30 +570,18 @@ pub(crate) fn bert(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
             .and_then(|t| t.shape().first().copied())
             .unwrap_or(2),
     };
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("bert"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("hidden_size".into(), json!(h.required("embedding_length")?));
-    config.insert(
-        "num_hidden_layers".into(),
-        json!(h.required("block_count")?),
-    );
-    config.insert(
-        "num_attention_heads".into(),
-        json!(h.required("attention.head_count")?),
-    );
-    config.insert(
-        "intermediate_size".into(),
-        json!(h.required("feed_forward_length")?),
-    );
-    config.insert(
-        "max_position_embeddings".into(),
-        json!(h.required("context_length")?),
-    );
+    let mut config = h.family_config(
+        "bert",
+        &[
+            ("embedding_length", "hidden_size"),
+            ("block_count", "num_hidden_layers"),
+            ("attention.head_count", "num_attention_heads"),
+            ("feed_forward_length", "intermediate_size"),
+            ("context_length", "max_position_embeddings"),
+        ],
+        &[("attention.layer_norm_epsilon", "layer_norm_eps")],
+    )?;
     config.insert("type_vocab_size".into(), json!(type_vocab));
-    if let Some(eps) = h.f64("attention.layer_norm_epsilon")? {
-        config.insert("layer_norm_eps".into(), json!(eps));
-    }
     Ok(config)
 }
 
@@ -598,24 +589,24 @@ pub(crate) fn bert(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
 /// (llama.cpp's constant: the file has no key for it); a gated feed-forward (`ffn_gate`, GELU as
 /// llama.cpp runs it) or ReLU.
 pub(crate) fn t5_encoder(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
-    let mut config = Map::new();
-    config.insert("model_type".into(), json!("t5"));
-    config.insert("vocab_size".into(), json!(h.vocab_size()?));
-    config.insert("d_model".into(), json!(h.required("embedding_length")?));
-    config.insert("d_ff".into(), json!(h.required("feed_forward_length")?));
-    config.insert("num_layers".into(), json!(h.required("block_count")?));
-    config.insert(
-        "num_heads".into(),
-        json!(h.required("attention.head_count")?),
-    );
-    config.insert("d_kv".into(), json!(h.required("attention.key_length")?));
-    if let Some(buckets) = h.usize("attention.relative_buckets_count")? {
-        config.insert("relative_attention_num_buckets".into(), json!(buckets));
-    }
+    let mut config = h.family_config(
+        "t5",
+        &[
+            ("embedding_length", "d_model"),
+            ("feed_forward_length", "d_ff"),
+            ("block_count", "num_layers"),
+            ("attention.head_count", "num_heads"),
+            ("attention.key_length", "d_kv"),
+        ],
+        &[
+            (
+                "attention.relative_buckets_count",
+                "relative_attention_num_buckets",
+            ),
+            ("attention.layer_norm_rms_epsilon", "layer_norm_epsilon"),
+        ],
+    )?;
     config.insert("relative_attention_max_distance".into(), json!(128));
-    if let Some(eps) = h.f64("attention.layer_norm_rms_epsilon")? {
-        config.insert("layer_norm_epsilon".into(), json!(eps));
-    }
     let gated = h.has_tensor("enc.blk.0.ffn_gate.weight");
     config.insert(
         "feed_forward_proj".into(),
