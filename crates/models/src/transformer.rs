@@ -505,9 +505,19 @@ impl Transformer {
             IdsChecked::Yes => check_not_empty(&ids, "ids.dims()")?,
         }
         let [batch, seq] = ids.dims();
-        let logits = [batch, seq, self.config.vocab_size.max(self.config.d_model)];
-        if let Some(why) = unallocatable(&logits, 4, &ids.device()) {
-            return Err(ModelError::input("ids.dims()", [batch, seq], why));
+        // The hidden states, and the logits of the positions asked for: generation's prefill
+        // asks for the last one only, so a long prompt is not refused for logits it never makes.
+        let rows = match outputs {
+            Outputs::Every => seq,
+            Outputs::Last => 1,
+        };
+        for dims in [
+            [batch, seq, self.config.d_model],
+            [batch, rows, self.config.vocab_size],
+        ] {
+            if let Some(why) = unallocatable(&dims, 4, &ids.device()) {
+                return Err(ModelError::input("ids.dims()", [batch, seq], why));
+            }
         }
         let device = ids.device();
         let ModelInputs {

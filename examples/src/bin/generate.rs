@@ -11,7 +11,7 @@
 //! `--interactive` a conversation on the terminal (history kept, each reply streamed; Ctrl-D
 //! ends it), `--ids` token ids for a model without a tokenizer. Tokens are printed as they come
 //! and tokens/s at the end; `--json` prints one JSON object instead:
-//! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s}`.
+//! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s, peak_rss_mb}`.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -48,8 +48,8 @@ struct Args {
     /// The prompt as comma-separated token ids.
     #[arg(long, value_delimiter = ',')]
     ids: Vec<u32>,
-    /// Print one JSON object (prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s)
-    /// instead of streaming.
+    /// Print one JSON object (prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s,
+    /// peak_rss_mb) instead of streaming.
     #[arg(long)]
     json: bool,
     /// New tokens at most.
@@ -135,6 +135,7 @@ fn main() -> anyhow::Result<()> {
             "prefill_s": reply.prefill.as_secs_f64(),
             "decode_s": reply.decode.as_secs_f64(),
             "tokens_per_s": reply.tokens_per_s(),
+            "peak_rss_mb": peak_rss_mb(),
         });
         println!("{json}");
     } else {
@@ -142,6 +143,14 @@ fn main() -> anyhow::Result<()> {
         reply.report(prompt.len());
     }
     Ok(())
+}
+
+/// The process's peak resident memory in MiB (Linux's `VmHWM`), `None` where it cannot be read.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// The model, the generation settings and the conversation so far.
