@@ -391,7 +391,9 @@ mod tests {
         let model = crate::transformer::TransformerConfig::new(vocab, d, vec![block]).init(device);
         let prompt: Vec<u32> = (0..1024).map(|i| (i * 37 % vocab) as u32).collect();
         let config = GenerationConfig::new().with_max_new_tokens(2);
-        let tokens = model.try_generate(&[prompt.clone()], &config).unwrap();
+        let tokens = model
+            .try_generate(std::slice::from_ref(&prompt), &config)
+            .unwrap();
         assert_eq!(tokens[0].len(), 2);
         assert!(tokens[0].iter().all(|&t| (t as usize) < vocab));
         let limit = positional::unallocatable(&[1, 1024, vocab], 4, device);
