@@ -43,10 +43,7 @@ const LAYER_FIELDS: &[&str] = &[
 
 /// Runs the checkpoint in `dir` on `device`.
 pub fn run_checkpoint(dir: &Path, device: &Device) -> Outcome {
-    match check(dir, device) {
-        Ok(max_error) => Outcome::Pass { max_error },
-        Err(message) => Outcome::Fail(message),
-    }
+    check(dir, device).into()
 }
 
 /// The largest error over every layer and every whole-model field.

@@ -27,10 +27,7 @@ const FIELDS: &[&str] = &[
 
 /// Runs `reference` (a JSON file) against the model directory `model` on `device`.
 pub fn run_embeddings(reference: &Path, model: &Path, device: &Device) -> Outcome {
-    match check(reference, model, device) {
-        Ok(max_error) => Outcome::Pass { max_error },
-        Err(message) => Outcome::Fail(message),
-    }
+    check(reference, model, device).into()
 }
 
 fn check(reference: &Path, model: &Path, device: &Device) -> Result<f64, String> {

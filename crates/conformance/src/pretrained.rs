@@ -66,10 +66,7 @@ struct ReferenceMessage {
 
 /// Runs `reference` against the model at `model` (a GGUF file or a Hugging Face directory).
 pub fn run_pretrained(reference: &Path, model: &Path, device: &Device) -> Outcome {
-    match check(reference, model, device) {
-        Ok(max_error) => Outcome::Pass { max_error },
-        Err(message) => Outcome::Fail(message),
-    }
+    check(reference, model, device).into()
 }
 
 fn check(reference: &Path, model: &Path, device: &Device) -> Result<f64, String> {

@@ -28,6 +28,16 @@ pub enum Outcome {
     Fail(String),
 }
 
+impl From<Result<f64, String>> for Outcome {
+    /// A check's largest error, or why it failed.
+    fn from(result: Result<f64, String>) -> Self {
+        match result {
+            Ok(max_error) => Outcome::Pass { max_error },
+            Err(message) => Outcome::Fail(message),
+        }
+    }
+}
+
 /// Why a run stopped before comparing.
 enum Stop {
     /// A crate returned its error: right for `expect_error` cases, a failure otherwise.
