@@ -46,9 +46,7 @@ impl Pretrained {
 
     fn from_gguf(path: &Path, device: &Device) -> Result<Self, ModelError> {
         let file = gguf::GgufFile::open(path)?;
-        let metadata = &file.metadata.clone();
-        let (config, mut checkpoint) = gguf::checkpoint_of(file)?;
-        let model = from_checkpoint(&config, &mut checkpoint, device)?;
+        let metadata = &file.metadata;
         let tokenizer = match metadata.contains_key("tokenizer.ggml.model") {
             true => Some(gguf::tokenizer(metadata)?),
             false => None,
@@ -86,6 +84,9 @@ impl Pretrained {
                 stop_tokens.push(id);
             }
         }
+        // The metadata is read; the file's tensors become the checkpoint.
+        let (config, mut checkpoint) = gguf::checkpoint_of(file)?;
+        let model = from_checkpoint(&config, &mut checkpoint, device)?;
         Ok(Self {
             model,
             model_type: config.model_type().to_owned(),

@@ -180,18 +180,19 @@ impl Checkpoint {
                         up: *other,
                     },
                 },
-                (_, Some(_)) => {
-                    let first = index.get(&name).map(|(l, _)| match l {
-                        Location::Gguf(first, _) | Location::GgufGateUp { gate: first, .. } => {
-                            file.tensors[*first].name.as_str()
-                        }
-                        Location::Shard(_) => "",
-                    });
+                (
+                    _,
+                    Some((Location::Gguf(first, _) | Location::GgufGateUp { gate: first, .. }, _)),
+                ) => {
                     return Err(ModelError::input(
                         "tensor",
                         &tensor.name,
-                        format!("and {} both map to {name:?}", first.unwrap_or_default()),
+                        format!("and {} both map to {name:?}", file.tensors[*first].name),
                     ));
+                }
+                // A GGUF checkpoint holds no shard.
+                (_, Some((Location::Shard(_), _))) => {
+                    unreachable!("GGUF checkpoints have no shards")
                 }
                 (_, None) => Location::Gguf(i, transform),
             };
@@ -274,19 +275,13 @@ impl Checkpoint {
         let data = match location {
             Location::Shard(shard) => self.shard_data(shard, name)?,
             Location::Gguf(tensor, transform) => {
-                let file = self
-                    .gguf
-                    .as_ref()
-                    .expect("GGUF locations come with their file");
+                let file = self.gguf_file();
                 let tensor = &file.tensors[tensor];
                 let (values, shape) = undo(transform, file.dequantize(tensor)?, tensor.shape());
                 TensorData::new(values, shape)
             }
             Location::GgufGateUp { gate, up } => {
-                let file = self
-                    .gguf
-                    .as_ref()
-                    .expect("GGUF locations come with their file");
+                let file = self.gguf_file();
                 let (gate, up) = (&file.tensors[gate], &file.tensors[up]);
                 let (values, shape) =
                     interleave_gate_up(file.dequantize(gate)?, file.dequantize(up)?, gate.shape());
@@ -296,6 +291,13 @@ impl Checkpoint {
         let data = data.convert_dtype(dtype);
         self.read.insert(name.to_owned());
         Ok(Tensor::from_data(data, device))
+    }
+
+    /// The GGUF file a GGUF location points into (only `from_gguf` makes such locations).
+    fn gguf_file(&self) -> &GgufFile {
+        self.gguf
+            .as_ref()
+            .expect("GGUF locations come with their file")
     }
 
     /// The data of `name` in safetensors shard `shard`, as stored.
