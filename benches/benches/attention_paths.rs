@@ -10,6 +10,13 @@
 //! Then Burn's `module::attention` alone on `[1, 8, 512, 64]` queries, keys and values: without a
 //! bias, with the ALiBi bias built once and reused by every call, and with it built in every
 //! call (what our module does): what reusing a bias per length would save.
+//!
+//! Last, a long prompt at SmolLM2-135M's attention shape (d_model 576, 9 query heads, 3
+//! key/value heads of 64, causal, 2,048 positions): our module's whole forward (its four
+//! projections, RoPE-free, and the attention: the tiled pass on ndarray, flex and LibTorch's CPU
+//! device where SDPA does not take it) beside Burn's `module::attention` alone on the same
+//! shape with the key/value heads repeated (what the module called before the tiled pass, less
+//! the projections and the causal blocks).
 
 use attention::{MultiHeadAttention, MultiHeadAttentionConfig, PositionalScheme};
 use burn::tensor::module::attention;
@@ -105,6 +112,33 @@ fn run_burn_attention(bencher: Bencher, backend: &str, bias: Bias) {
     benches::bench_synced(bencher, &device, call);
 }
 
+/// Positions of the long-prompt pair.
+const LONG: usize = 2048;
+
+fn run_long_module(bencher: Bencher, backend: &str) {
+    let device: Device = positional::testing::device(backend);
+    let module: MultiHeadAttention = MultiHeadAttentionConfig::new(576, 9)
+        .with_n_kv_heads(Some(3))
+        .with_causal(true)
+        .init(&device);
+    let x = Tensor::<3>::random([1, LONG, 576], Distribution::Normal(0.0, 1.0), &device);
+    benches::bench_synced(bencher, &device, || module.forward(x.clone(), None));
+}
+
+fn run_long_burn(bencher: Bencher, backend: &str) {
+    let device: Device = positional::testing::device(backend);
+    let qkv = || Tensor::<4>::random([1, 9, LONG, 64], Distribution::Normal(0.0, 1.0), &device);
+    let (q, k, v) = (qkv(), qkv(), qkv());
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: true,
+    };
+    benches::bench_synced(bencher, &device, || {
+        attention(q.clone(), k.clone(), v.clone(), None, None, options)
+    });
+}
+
 macro_rules! paths {
     ($($feature:literal => $name:ident),*) => {$(
         #[cfg(feature = $feature)]
@@ -159,6 +193,16 @@ macro_rules! paths {
             #[divan::bench(sample_count = 20)]
             fn burn_alibi_per_call(bencher: Bencher) {
                 run_burn_attention(bencher, $feature, Bias::PerCall);
+            }
+
+            #[divan::bench(sample_count = 5)]
+            fn long_module(bencher: Bencher) {
+                run_long_module(bencher, $feature);
+            }
+
+            #[divan::bench(sample_count = 5)]
+            fn long_burn_attention_alone(bencher: Bencher) {
+                run_long_burn(bencher, $feature);
             }
         }
     )*};

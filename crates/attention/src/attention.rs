@@ -20,6 +20,7 @@ use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
 use crate::kernels::decode_attention;
+use crate::kernels::tiled_attention::{self, TiledKeys};
 use crate::relative_xl::RelativeXl;
 
 /// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
@@ -632,13 +633,13 @@ impl MultiHeadAttention {
                 self.config.softcap,
             ));
         }
-        let (k, v) = keys.held_keys_and_values();
-        let CachedKeys {
-            padding: key_padding,
-            positions: key_positions,
-            first_index,
-            ..
-        } = keys;
+        // The tiled pass, where the backend has it: every option but a given bias inside, the
+        // scores never whole. It replaces Burn's kernels on ndarray and flex; on LibTorch it
+        // takes what torch's SDPA is not given (padding, windows, soft-caps, sinks).
+        let tiled = index_biases_only && tiled_attention::available(&q);
+        if tiled && tiled_attention::replaces_fused(&q) {
+            return Ok(self.tiled(q, keys, past));
+        }
         // A decoding step of grouped heads goes the explicit way, which reads each key/value
         // head once for its group of query heads (`explicit`), where the fused kernels need
         // every head repeated first: a copy of the whole cache per step.
@@ -648,13 +649,28 @@ impl MultiHeadAttention {
             && self.sinks.is_none()
             && index_biases_only
             && !window_hides;
+        // On LibTorch, also padding, which torch's SDPA is never handed (`unbiased_attention`).
+        if tiled && !(fused_options && keys.padding.is_none()) {
+            return Ok(self.tiled(q, keys, past));
+        }
+        let (k, v) = keys.held_keys_and_values();
+        let CachedKeys {
+            padding: key_padding,
+            positions: key_positions,
+            first_index,
+            ..
+        } = keys;
         if fused_options {
             let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
             crate::paths::record(|counts| &mut counts.fused);
             return self.unbiased_attention(q, k, v, key_padding, past);
         }
 
-        // The explicit path: every score, bias and mask spelled out.
+        // The explicit path: every score, bias and mask spelled out, `EXPLICIT_BLOCK` queries
+        // at a time when they are more, so that only one block's scores exist at once (rows of
+        // a softmax are independent: the blocks give the numbers of one pass). Under autodiff
+        // the backward keeps every block's weights anyway, and Transformer-XL's terms are made
+        // for a whole segment (a memory and its segment, short by design): those take one block.
         let device = q.device();
         let query_positions = || {
             query_positions
@@ -666,39 +682,95 @@ impl MultiHeadAttention {
                 .clone()
                 .unwrap_or_else(|| index_positions(first_index, k_len, batch, &device))
         };
-        let mut total_bias = bias;
-        let mut add = |extra: Tensor<4>| {
-            total_bias = Some(match total_bias.take() {
-                Some(bias) => bias + extra,
-                None => extra,
-            })
+        let block = match q_len > EXPLICIT_BLOCK && !q.is_autodiff() && self.relative_xl.is_none() {
+            true => EXPLICIT_BLOCK,
+            false => q_len,
         };
-        if let Some(alibi) = &self.alibi {
-            add(match alibi_bias {
-                Some(shared) => shared,
-                None => alibi.try_bias(query_positions(), q_len, key_positions(), k_len)?,
-            });
-        }
-        if let Some(relative) = &self.relative {
-            add(if explicit_positions {
-                relative.try_bias(query_positions(), q_len, key_positions(), k_len)?
-            } else {
-                // Index positions: the same bias for every batch row.
-                relative.try_bias(past - first_index, q_len, 0, k_len)?
-            });
-        }
-        let q = match &self.relative_xl {
-            Some(relative_xl) => {
-                let (q, position_terms) =
-                    relative_xl.terms(q, past - first_index, k_len, self.score_scale())?;
-                add(position_terms);
-                q
-            }
-            None => q,
-        };
-        let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &device);
         crate::paths::record(|counts| &mut counts.explicit);
-        self.explicit(q, k, v, total_bias, mask)
+        let mut contexts = Vec::with_capacity(q_len.div_ceil(block));
+        for start in (0..q_len).step_by(block) {
+            let rows = block.min(q_len - start);
+            // Rows `start .. start + rows` of a `[batch, heads, q_len, _]` tensor.
+            let part = |t: Tensor<4>| match rows == q_len {
+                true => t,
+                false => t.narrow(2, start, rows),
+            };
+            let block_positions = || match rows == q_len {
+                true => query_positions(),
+                false => query_positions().narrow(1, start, rows),
+            };
+            let mut total_bias = bias.clone().map(part);
+            let mut add = |extra: Tensor<4>| {
+                total_bias = Some(match total_bias.take() {
+                    Some(bias) => bias + extra,
+                    None => extra,
+                })
+            };
+            if let Some(alibi) = &self.alibi {
+                add(match &alibi_bias {
+                    Some(shared) => part(shared.clone()),
+                    None => alibi.try_bias(block_positions(), rows, key_positions(), k_len)?,
+                });
+            }
+            if let Some(relative) = &self.relative {
+                add(if explicit_positions {
+                    relative.try_bias(block_positions(), rows, key_positions(), k_len)?
+                } else {
+                    // Index positions: the same bias for every batch row.
+                    relative.try_bias(past - first_index + start, rows, 0, k_len)?
+                });
+            }
+            let q = match &self.relative_xl {
+                Some(relative_xl) => {
+                    let (q, position_terms) = relative_xl.terms(
+                        q.clone(),
+                        past - first_index,
+                        k_len,
+                        self.score_scale(),
+                    )?;
+                    add(position_terms);
+                    q
+                }
+                None => part(q.clone()),
+            };
+            let mask = self.visibility_mask(
+                rows,
+                k_len,
+                past + start,
+                first_index,
+                key_padding.clone(),
+                &device,
+            );
+            contexts.push(self.explicit(q, k.clone(), v.clone(), total_bias, mask)?);
+        }
+        Ok(match contexts.len() {
+            1 => contexts.remove(0),
+            _ => Tensor::cat(contexts, 2),
+        })
+    }
+
+    /// [`tiled_attention`] of the queries at token indices `past ..` over `keys`, with this
+    /// module's masks, ALiBi slopes, sinks, scale and soft-cap.
+    fn tiled(&self, q: Tensor<4>, keys: CachedKeys, past: usize) -> Tensor<4> {
+        crate::paths::record(|counts| &mut counts.tiled);
+        let keys = TiledKeys {
+            keys: keys.keys,
+            values: keys.values,
+            held: keys.held,
+            padding: keys.padding,
+            first_index: keys.first_index,
+        };
+        tiled_attention::tiled_attention(
+            q,
+            keys,
+            past,
+            self.config.causal,
+            self.config.sliding_window,
+            self.alibi.as_ref().map(Alibi::slopes),
+            self.sinks.as_ref().map(|sinks| sinks.val()),
+            self.score_scale(),
+            self.config.softcap,
+        )
     }
 
     /// Attention with no bias beyond ALiBi at token indices, no soft-capping, no sinks and no
@@ -725,8 +797,20 @@ impl MultiHeadAttention {
         // the opposite meaning), without dropout, and with a causal mask it can build itself
         // (torch aligns it top-left, right only when q_len == k_len; one query needs none).
         let fused_causal = !self.config.causal || q_len == k_len || q_len == 1;
-        if key_padding.is_none() && !self.training_dropout(&q) && fused_causal {
+        let kernels = key_padding.is_none() && !self.training_dropout(&q);
+        if kernels && fused_causal {
             self.fused(q, k, v)
+        } else if kernels && self.config.softcap.is_none() && alibi_attention::available(&q) {
+            // A causal block of queries after a cache (a prompt's chunk): our ALiBi kernels
+            // align the mask bottom-right, as it needs (with every slope 0 without ALiBi).
+            let slopes = match &self.alibi {
+                Some(alibi) => alibi.slopes(),
+                None => Tensor::zeros([self.config.n_heads], &q.device()),
+            };
+            let scale = self.score_scale();
+            Ok(alibi_attention::alibi_attention(
+                q, k, v, slopes, scale, true,
+            ))
         } else {
             let first_index = past + q_len - k_len;
             self.explicit_unbiased(q, k, v, key_padding, past, first_index)
@@ -862,13 +946,37 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
-        let bias = match &self.alibi {
-            // Queries are the last q_len keys' positions.
-            Some(alibi) => Some(alibi.try_bias(k_len - q_len, q_len, 0, k_len)?),
-            None => None,
+        // A block of queries at a time when they are many, as in `attention`'s explicit path.
+        let block = match q_len > EXPLICIT_BLOCK && !q.is_autodiff() {
+            true => EXPLICIT_BLOCK,
+            false => q_len,
         };
-        let mask = self.visibility_mask(q_len, k_len, past, first_index, key_padding, &q.device());
-        self.explicit(q, k, v, bias, mask)
+        let mut contexts = Vec::with_capacity(q_len.div_ceil(block));
+        for start in (0..q_len).step_by(block) {
+            let rows = block.min(q_len - start);
+            let bias = match &self.alibi {
+                // Queries are the last q_len keys' positions.
+                Some(alibi) => Some(alibi.try_bias(k_len - q_len + start, rows, 0, k_len)?),
+                None => None,
+            };
+            let mask = self.visibility_mask(
+                rows,
+                k_len,
+                past + start,
+                first_index,
+                key_padding.clone(),
+                &q.device(),
+            );
+            let q = match rows == q_len {
+                true => q.clone(),
+                false => q.clone().narrow(2, start, rows),
+            };
+            contexts.push(self.explicit(q, k.clone(), v.clone(), bias, mask)?);
+        }
+        Ok(match contexts.len() {
+            1 => contexts.remove(0),
+            _ => Tensor::cat(contexts, 2),
+        })
     }
 
     /// [`visibility_mask`] with this module's causal flag and window.
@@ -1014,7 +1122,7 @@ fn index_positions(start: usize, len: usize, batch: usize, device: &Device) -> T
 /// True where a query may not see a key: later keys under a causal mask, keys `window` or more
 /// indices back under a sliding window, and padding keys. Query `i` sits at token index
 /// `past + i`, key `j` at `first_index + j`. `None` when every key is visible.
-fn visibility_mask(
+pub(crate) fn visibility_mask(
     (causal, window): (bool, Option<usize>),
     (q_len, k_len): (usize, usize),
     (past, first_index): (usize, usize),
@@ -1071,6 +1179,10 @@ fn fused_takes_softcap(device: &DispatchDevice) -> bool {
     }
 }
 
+/// Queries per block of the explicit path when it takes more: at 16,384 keys and 9 heads one
+/// block's scores are 151 MB, where all of them would be 9.7 GB.
+const EXPLICIT_BLOCK: usize = 256;
+
 /// Queries per block of [`MultiHeadAttention::causal_in_blocks`]: at 2048 positions, 8 blocks
 /// doing 56% of the full pass's work, each large enough for matrix products to run at speed.
 const CAUSAL_BLOCK: usize = 256;
@@ -1097,7 +1209,7 @@ fn takes_causal_blocks(device: &DispatchDevice) -> bool {
 /// Softmax over keys where masked scores weigh nothing, and a row with every key masked gives
 /// all-zero weights (not NaN), with finite gradients everywhere. `sinks` (`[heads]`) joins each
 /// row as one more logit whose weight is dropped (gpt-oss), so a row's weights sum to less than 1.
-fn masked_softmax(
+pub(crate) fn masked_softmax(
     scores: Tensor<4>,
     mask: Option<Tensor<4, Bool>>,
     sinks: Option<Tensor<1>>,

@@ -36,6 +36,9 @@ pub struct KvCache {
     kept: usize,
     /// Tokens dropped from the front (sliding window): the index of the first kept key.
     dropped: usize,
+    /// Rows to allocate when storage is next made, if more than twice what is held
+    /// ([`reserve`](Self::reserve)).
+    reserved: usize,
 }
 
 /// What attention reads after an append: every kept key, the new ones included.
@@ -106,8 +109,16 @@ impl KvCache {
         self.kept
     }
 
+    /// Makes the next storage hold `rows` keys (at most the window and a call's new keys, on a
+    /// sliding-window layer) where twice what is held would be less: a caller that knows the
+    /// length it will reach (generation: the prompt and the new tokens) has the cache allocated
+    /// once at that size, with no copy as a long prompt's chunks arrive.
+    pub fn reserve(&mut self, rows: usize) {
+        self.reserved = rows;
+    }
+
     /// Rows of storage allocated for keys (and as many for values): at most twice what the
-    /// held keys and the last call's new ones need.
+    /// held keys and the last call's new ones need, or what [`reserve`](Self::reserve) asked.
     pub fn capacity(&self) -> usize {
         self.keys.as_ref().map_or(0, |keys| keys.dims()[2])
     }
@@ -267,11 +278,18 @@ impl KvCache {
         // twice what is held (after a long prompt on a sliding layer, or a truncation) is
         // replaced the same way, so the cache never holds more than twice what it needs.
         // Checked before anything changes, so that a refused call leaves the cache as it was.
-        let new_storage = self.start + held > self.capacity() || self.capacity() > 2 * held;
+        // A reservation stands in for twice what is held while it is larger.
+        let room = window.map_or(self.reserved, |window| {
+            self.reserved.min(window.saturating_add(new))
+        });
+        let new_storage =
+            self.start + held > self.capacity() || self.capacity() > 2 * held.max(room);
+        let capacity = match held <= room {
+            true => Some(room),
+            false => held.checked_mul(2),
+        };
         if new_storage {
-            let storage = held
-                .checked_mul(2)
-                .map(|capacity| [batch, kv_heads, capacity, head_dim]);
+            let storage = capacity.map(|capacity| [batch, kv_heads, capacity, head_dim]);
             let why = match storage {
                 Some(storage) => unallocatable(&storage, 4, &device),
                 None => Some("overflows usize rows".to_owned()),
@@ -315,7 +333,7 @@ impl KvCache {
         self.positions = self.key_positions(positions, batch, new, &device);
 
         if new_storage {
-            let capacity = 2 * held;
+            let capacity = capacity.expect("checked above");
             let grow = |storage: Option<Tensor<4>>| {
                 let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, head_dim], &device);
                 match storage {
@@ -386,9 +404,12 @@ mod tests {
     /// Token by token, in prompts and single tokens, with a window and without: the held rows
     /// are the last ones appended, in order, and the storage behind them stays under twice what
     /// they (and the call's new rows) need.
+    /// With a reservation (30 rows, more than the 24 appended) the storage is made once at that
+    /// size without a window, and at the window and a call's rows with one.
     fn storage_holds_the_rows_in_order_within_twice_their_size(device: &Device) {
-        for window in [None, Some(5)] {
+        for (window, reserve) in [(None, 0), (Some(5), 0), (None, 30), (Some(5), 30)] {
             let mut cache = KvCache::new();
+            cache.reserve(reserve);
             let mut all: Vec<f32> = Vec::new();
             let (heads, dim) = (2usize, 3usize);
             for (call, new) in [4usize, 1, 1, 1, 3, 1, 1, 1, 1, 1, 7, 1, 1]
@@ -413,11 +434,15 @@ mod tests {
                 assert_close(&keys.clone().into_data(), &all, 0.0);
                 assert_eq!(cache.len(), cache.dropped + cache.kept(), "call {call}");
                 let needed = keys.dims()[2];
+                let room = window.map_or(reserve, |w| reserve.min(w + new));
                 assert!(
-                    cache.capacity() <= 2 * needed,
+                    cache.capacity() <= 2 * needed.max(room),
                     "call {call}: capacity {} for {needed} rows",
                     cache.capacity()
                 );
+                if window.is_none() && reserve > 0 {
+                    assert_eq!(cache.capacity(), reserve, "call {call}");
+                }
                 assert_eq!(cache.storage_floats(), 2 * heads * dim * cache.capacity());
                 // What the cache keeps for the next call.
                 let keep = window.map_or(seen, |w| seen.min(w));

@@ -11,6 +11,9 @@ pub struct PathCounts {
     pub decode: usize,
     /// A fused kernel (Burn's attention or the ALiBi kernel): no bias but ALiBi at token indices.
     pub fused: usize,
+    /// The tiled pass on the CPU backends (`tiled_attention`): no bias but ALiBi at token
+    /// indices, every mask, soft-cap and sink inside.
+    pub tiled: usize,
     /// Every score, bias and mask spelled out.
     pub explicit: usize,
 }

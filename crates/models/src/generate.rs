@@ -168,6 +168,11 @@ impl Transformer {
         let padded = pads.iter().any(|&pad| pad > 0);
         let explicit_positions = padded && self.config.positions == PositionIds::FromMask;
         let mut caches = self.new_caches();
+        // Every layer's storage made once, at the length generation can reach: the prompt and
+        // the new tokens, up to as many again as the prompt (past that the cache doubles as
+        // it fills, rather than holding room for tokens a stop token may never let come).
+        let reach = longest + config.max_new_tokens.min(longest);
+        caches.iter_mut().for_each(|cache| cache.reserve(reach));
         let mut inputs = ModelInputs::new();
         if padded {
             inputs = inputs.with_padding_mask(Tensor::<2, Bool>::from_data(
@@ -184,7 +189,22 @@ impl Transformer {
             )?);
         }
         let ids = positional::try_ints("prompts", ids, [batch, longest], &device)?;
-        let mut logits = self.try_generation_step(ids, inputs, &mut caches)?;
+        // The prompt in chunks through the caches: what a layer holds besides its cache is one
+        // chunk's activations, whatever the prompt's length. Only the last chunk's logits are
+        // used.
+        let mut logits = None;
+        for start in (0..longest).step_by(PREFILL_CHUNK) {
+            let len = PREFILL_CHUNK.min(longest - start);
+            let (ids, inputs) = match len == longest {
+                true => (ids.clone(), inputs.clone()),
+                false => (
+                    ids.clone().narrow(1, start, len),
+                    inputs.clone().narrow(start, len),
+                ),
+            };
+            logits = Some(self.try_generation_step(ids, inputs, &mut caches)?);
+        }
+        let mut logits = logits.expect("a prompt holds at least one token");
 
         let mut sampler = Sampler::new(config.seed);
         let mut output: Vec<Vec<u32>> = vec![Vec::new(); batch];
@@ -241,6 +261,10 @@ impl Transformer {
         Ok(output)
     }
 }
+
+/// Prompt tokens per forward pass of generation's prefill: at SmolLM2's width a chunk's
+/// activations are about 100 MB in all, where a whole 16,384-token prompt's were 1.5 GB.
+const PREFILL_CHUNK: usize = 2048;
 
 /// The last position's logits of each row (`[batch, 1, vocab]` from `try_generation_step`), on
 /// the host.
@@ -360,7 +384,7 @@ mod tests {
         let counts = take_path_counts();
         // The prompt: one call per layer; each of the 4 later tokens: one decoding pass per layer.
         assert_eq!(
-            (counts.decode, counts.fused + counts.explicit),
+            (counts.decode, counts.fused + counts.tiled + counts.explicit),
             (4 * layers, layers),
             "{counts:?}"
         );
@@ -370,6 +394,51 @@ mod tests {
         assert_eq!(padded[0], alone[0]);
     }
     for_each_backend!(generation_decodes_through_the_fused_pass_without_padding);
+
+    /// A prompt longer than a prefill chunk, and a shorter one left-padded beside it, give at
+    /// every step the logits of a whole forward pass over the prompt and the tokens so far: the
+    /// chunks through the caches see what one pass would.
+    fn a_prompt_in_chunks_generates_as_whole_passes(device: &Device) {
+        let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
+        let model = tiny_decoder(vec![tiny_attention(rope); 2], device);
+        let vocab = model.config.vocab_size;
+        let long: Vec<u32> = (0..PREFILL_CHUNK + 300)
+            .map(|i| ((i * 7 + i / 5) % vocab) as u32)
+            .collect();
+        let short = long[..PREFILL_CHUNK - 100].to_vec();
+        let config = GenerationConfig::new().with_max_new_tokens(3);
+        let mut steps: Vec<Vec<Vec<f32>>> = Vec::new();
+        let generated = model
+            .try_generate_with(&[long.clone(), short.clone()], &config, |step| {
+                steps.push(step.logits.to_vec())
+            })
+            .unwrap();
+        for (row, (prompt, tokens)) in [long, short].iter().zip(&generated).enumerate() {
+            let mut sequence = prompt.clone();
+            for (step, &token) in tokens.iter().enumerate() {
+                let ids = burn::tensor::Tensor::<2, burn::tensor::Int>::from_data(
+                    TensorData::new(
+                        sequence.iter().map(|&t| i64::from(t)).collect(),
+                        [1, sequence.len()],
+                    ),
+                    device,
+                );
+                let logits = model
+                    .try_forward(ids, crate::transformer::ModelInputs::new())
+                    .unwrap();
+                let whole = &last_rows(logits.narrow(1, sequence.len() - 1, 1)).unwrap()[0];
+                let chunked = &steps[step][row];
+                for (a, b) in whole.iter().zip(chunked) {
+                    assert!(
+                        (a - b).abs() < 1e-4,
+                        "row {row}, step {step}: {whole:?} {chunked:?}"
+                    );
+                }
+                sequence.push(token);
+            }
+        }
+    }
+    for_each_backend!(a_prompt_in_chunks_generates_as_whole_passes);
 
     /// A prompt whose logits at every position would pass the device's largest buffer still
     /// generates, since the prefill makes the last position's only, and a whole forward of it is

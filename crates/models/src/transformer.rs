@@ -338,6 +338,16 @@ impl ModelInputs {
         Self::default()
     }
 
+    /// The inputs of tokens `start .. start + len` of the sequence: a chunk of a prompt.
+    pub(crate) fn narrow(self, start: usize, len: usize) -> Self {
+        let narrow = |t: Tensor<2, Int>| t.narrow(1, start, len);
+        Self {
+            padding_mask: self.padding_mask.map(|mask| mask.narrow(1, start, len)),
+            positions: self.positions.map(|positions| positions.narrow(start, len)),
+            token_types: self.token_types.map(narrow),
+        }
+    }
+
     /// With a padding mask `[batch, seq]` (true at padding).
     pub fn with_padding_mask(mut self, padding_mask: Tensor<2, Bool>) -> Self {
         self.padding_mask = Some(padding_mask);

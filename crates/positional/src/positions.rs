@@ -27,6 +27,15 @@ pub enum Positions {
 }
 
 impl Positions {
+    /// The positions of tokens `start .. start + len` of the sequence (a chunk of a prompt).
+    pub fn narrow(self, start: usize, len: usize) -> Self {
+        match self {
+            Self::Start(first) => Self::Start(first + start),
+            Self::Ids(ids) => Self::Ids(ids.narrow(1, start, len)),
+            Self::Axes(axes) => Self::Axes(axes.narrow(1, start, len)),
+        }
+    }
+
     /// The per-token positions, or `None` for a start offset (or multi-axis positions).
     pub fn ids(&self) -> Option<&Tensor<2, Int>> {
         match self {

@@ -117,6 +117,80 @@ fn causal_blocks_equal_one_explicit_pass(device: &Device) {
 }
 for_each_backend!(causal_blocks_equal_one_explicit_pass);
 
+/// Many queries through the explicit path (T5's relative bias; ALiBi at explicit positions of a
+/// left-padded batch; a sliding window over padding) in its blocks of `EXPLICIT_BLOCK` queries
+/// against the same tokens in two calls through the cache, 100 and 200 queries, each one block.
+fn explicit_blocks_equal_unblocked_calls(device: &Device) {
+    let len = EXPLICIT_BLOCK + 44;
+    let split = 100;
+    // Row 1 has three leading pads; its positions start at its first real token.
+    let padding = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            (0..2 * len)
+                .map(|i| i64::from(i >= len && i < len + 3))
+                .collect::<Vec<_>>(),
+            [2, len],
+        ),
+        device,
+    )
+    .bool();
+    let positions = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            (0..2 * len)
+                .map(|i| match i < len {
+                    true => i as i64,
+                    false => (i - len).saturating_sub(3) as i64,
+                })
+                .collect::<Vec<_>>(),
+            [2, len],
+        ),
+        device,
+    );
+    let relative = PositionalScheme::Relative(
+        positional::RelativePositionBiasConfig::new(2).with_bidirectional(false),
+    );
+    for (scheme, window, explicit_positions) in [
+        (relative, None, false),
+        (PositionalScheme::Alibi { max_bias: 8.0 }, None, true),
+        (PositionalScheme::Alibi { max_bias: 8.0 }, Some(40), false),
+    ] {
+        let module = MultiHeadAttentionConfig::new(16, 2)
+            .with_causal(true)
+            .with_sliding_window(window)
+            .with_positional(scheme.clone())
+            .init(device);
+        let x = random([2, len, 16], device);
+        let inputs = |start: usize, rows: usize| {
+            let inputs =
+                AttentionInputs::new().with_padding_mask(padding.clone().narrow(1, start, rows));
+            match explicit_positions {
+                true => inputs.with_positions(positions.clone().narrow(1, start, rows)),
+                false => inputs,
+            }
+        };
+        crate::paths::take_path_counts();
+        let whole = module.forward(x.clone(), inputs(0, len));
+        // T5's bias goes the explicit way everywhere; ALiBi at explicit positions too, and
+        // with a window on the devices without the tiled pass.
+        let explicit = crate::paths::take_path_counts().explicit;
+        let mut cache = KvCache::new();
+        let first =
+            module.forward_cached(x.clone().narrow(1, 0, split), inputs(0, split), &mut cache);
+        let rest = module.forward_cached(
+            x.narrow(1, split, len - split),
+            inputs(split, len - split),
+            &mut cache,
+        );
+        assert_eq!(crate::paths::take_path_counts().explicit, 2 * explicit);
+        if window.is_none() || !tiled_attention::available(&random([1, 1, 1, 1], device)) {
+            assert_eq!(explicit, 1, "{scheme:?}");
+        }
+        let calls = Tensor::cat(vec![first, rest], 1);
+        assert_close(&whole.into_data(), &floats(&calls.into_data()), 1e-5);
+    }
+}
+for_each_backend!(explicit_blocks_equal_unblocked_calls);
+
 /// burn-tch 0.22.1 passes Burn's boolean mask (true = masked) to torch's SDPA, where true means
 /// "attend", and drops the soft-cap option. This test pins what each backend's fused kernel does
 /// with a mask and with a soft-cap; the module never hands the fused kernel a mask, nor a soft-cap

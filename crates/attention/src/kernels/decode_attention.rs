@@ -234,7 +234,9 @@ mod tests {
                         assert_eq!(got.dims(), [batch, heads, 1, head_dim]);
                         // The passes add each key's roundings in another order than the
                         // reference's two products: a drift like the square root of the keys.
-                        let tolerance = 2e-6 * (k_len as f32 / 40.0).sqrt().max(1.0);
+                        // WGPU's shader compiler may also contract multiply-adds: 2.6e-6 was
+                        // seen there (one run in five) on outputs near 0.7, 4 ulp.
+                        let tolerance = 4e-6 * (k_len as f32 / 40.0).sqrt().max(1.0);
                         assert_close(&got.into_data(), &floats(&want.into_data()), tolerance);
                     }
                 }

@@ -6,6 +6,11 @@
 //!   the CPU backends, CubeCL and LibTorch's SDPA.
 //! - [`decode_attention`]: one decoding step against the KV cache, chunked across threads on the
 //!   CPU backends and one kernel on CubeCL.
+//! - [`tiled_attention`]: many queries (a prefill) in tiles with an online softmax, every mask,
+//!   ALiBi, soft-capping and sinks inside, on the CPU backends.
 
 pub(crate) mod alibi_attention;
 pub(crate) mod decode_attention;
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
+pub(crate) mod strided;
+pub(crate) mod tiled_attention;

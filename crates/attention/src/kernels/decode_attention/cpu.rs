@@ -10,6 +10,8 @@
 
 use rayon::prelude::*;
 
+use crate::kernels::strided::Strided;
+
 /// Keys per task. A task reads `2 * KEYS_PER_TASK * head_dim` floats of the cache (128 KB at a
 /// head size of 64): enough work to be worth a rayon task, small enough that 2048 keys of two
 /// key/value heads give 16 tasks to share.
@@ -21,67 +23,6 @@ const KEYS_PER_TASK: usize = 256;
 /// 256 KB the decode bench's step at 512 keys took 0.21 ms on flex and 0.40 ms on LibTorch
 /// (median, with LibTorch's samples split between 0.24 and 0.5 ms), at 1 MB 0.15 and 0.22 ms.
 const SERIAL_FLOATS: usize = 1 << 18;
-
-/// `[batch, heads, rows, head_dim]` values of an f32 buffer, features adjacent (stride 1):
-/// element `(b, h, r, d)` at `values[b * strides[0] + h * strides[1] + r * strides[2] + d]`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Strided<'a> {
-    pub values: &'a [f32],
-    pub shape: [usize; 4],
-    pub strides: [usize; 3],
-}
-
-impl<'a> Strided<'a> {
-    /// `values` read through `shape` and `strides` from element `offset`, when the features are
-    /// adjacent and every stride is non-negative (so the elements lie at and after `offset`).
-    pub fn new(
-        values: &'a [f32],
-        shape: [usize; 4],
-        strides: &[isize],
-        offset: usize,
-    ) -> Option<Self> {
-        let strides: [isize; 4] = strides.try_into().ok()?;
-        if strides[3] != 1 && shape[3] > 1 {
-            return None;
-        }
-        let strides = [
-            usize::try_from(strides[0]).ok()?,
-            usize::try_from(strides[1]).ok()?,
-            usize::try_from(strides[2]).ok()?,
-        ];
-        Some(Self {
-            values: values.get(offset..)?,
-            shape,
-            strides,
-        })
-    }
-
-    /// The number of elements from the first to the last one, inclusive: how much of a buffer
-    /// starting at the first element the view reads (0 when it is empty).
-    // Flex hands over its whole buffer; ndarray and torch give a pointer to the first element.
-    #[cfg(any(feature = "ndarray", feature = "tch"))]
-    pub fn span(shape: [usize; 4], strides: [usize; 3]) -> usize {
-        if shape.contains(&0) {
-            return 0;
-        }
-        (0..3).map(|i| (shape[i] - 1) * strides[i]).sum::<usize>() + shape[3]
-    }
-
-    /// Rows `first .. first + len` of the view.
-    pub fn rows(self, first: usize, len: usize) -> Self {
-        Self {
-            values: &self.values[first * self.strides[2]..],
-            shape: [self.shape[0], self.shape[1], len, self.shape[3]],
-            ..self
-        }
-    }
-
-    #[inline(always)]
-    fn row(&self, b: usize, h: usize, r: usize) -> &'a [f32] {
-        let at = b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
-        &self.values[at..at + self.shape[3]]
-    }
-}
 
 /// The options of a decoding step, as [`super::DecodeAttentionBackend::decode_attention`] takes
 /// them.
@@ -293,12 +234,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 mod ndarray_backend {
     #![allow(deprecated)]
 
+    use super::{Options, decode};
+    use crate::kernels::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::strided::ndarray_view as with_view;
     use burn::backend::NdArray;
     use burn::backend::ndarray::{NdArrayTensor, SharedArray};
-    use ndarray::{ArrayView, IxDyn};
-
-    use super::{Options, Strided, decode};
-    use crate::kernels::decode_attention::DecodeAttentionBackend;
 
     impl DecodeAttentionBackend for NdArray {
         fn decode_attention(
@@ -351,28 +291,6 @@ mod ndarray_backend {
             )
         }
     }
-
-    /// `f(view)` of `t`'s memory, copied to standard layout first if its features are not
-    /// adjacent or a stride is negative.
-    fn with_view<R>(t: &ArrayView<'_, f32, IxDyn>, f: impl FnOnce(Strided<'_>) -> R) -> R {
-        let shape: [usize; 4] = t.shape().try_into().expect("rank-4 attention inputs");
-        if let Some(view) = Strided::new(&[], shape, t.strides(), 0) {
-            let span = Strided::span(shape, view.strides);
-            // SAFETY: every stride is non-negative (`Strided::new`), so the `span` elements from
-            // the first one are the view's and lie inside the memory it borrows, which nothing
-            // writes while the borrow lasts.
-            #[allow(unsafe_code)]
-            let values = unsafe { std::slice::from_raw_parts(t.as_ptr(), span) };
-            return f(Strided { values, ..view });
-        }
-        let standard = t.as_standard_layout();
-        let values = standard.as_slice().expect("standard layout is one slice");
-        let strides: Vec<isize> = standard.strides().to_vec();
-        f(
-            Strided::new(values, shape, &strides, 0)
-                .expect("standard layout has adjacent features"),
-        )
-    }
 }
 
 #[cfg(feature = "flex")]
@@ -381,8 +299,9 @@ mod flex {
     use burn::backend::flex::FlexTensor;
     use burn::tensor::TensorData;
 
-    use super::{Options, Strided, decode};
+    use super::{Options, decode};
     use crate::kernels::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::strided::{flex_readable as readable, flex_view as view};
 
     impl DecodeAttentionBackend for Flex {
         fn decode_attention(
@@ -418,27 +337,6 @@ mod flex {
             FlexTensor::from_data(TensorData::new(output, shape))
         }
     }
-
-    /// `t` where its strides are ones [`Strided`] reads, a contiguous copy otherwise.
-    fn readable(t: FlexTensor) -> FlexTensor {
-        let layout = t.layout();
-        if layout.has_positive_strides() && layout.has_contiguous_inner() {
-            t
-        } else {
-            t.to_contiguous()
-        }
-    }
-
-    fn view(t: &FlexTensor) -> Strided<'_> {
-        let layout = t.layout();
-        Strided::new(
-            t.storage::<f32>(),
-            layout.shape().dims::<4>(),
-            layout.strides(),
-            layout.start_offset(),
-        )
-        .expect("made readable")
-    }
 }
 
 #[cfg(feature = "tch")]
@@ -447,10 +345,11 @@ mod torch {
 
     use burn::backend::LibTorch;
     use burn::backend::libtorch::TchTensor;
-    use tch::{Device, Kind, Tensor};
+    use tch::{Kind, Tensor};
 
-    use super::{Options, Strided, decode};
+    use super::{Options, decode};
     use crate::kernels::decode_attention::DecodeAttentionBackend;
+    use crate::kernels::strided::{torch_readable as readable, torch_view as with_view};
 
     impl DecodeAttentionBackend for LibTorch {
         /// The CPU loop over torch's buffers; `available` offers it on the CPU device only.
@@ -496,39 +395,5 @@ mod torch {
             });
             TchTensor::new(Tensor::from_slice(&output).view(shape.as_slice()))
         }
-    }
-
-    /// `t` itself where its features are adjacent, a contiguous copy otherwise (torch's strides
-    /// are never negative).
-    fn readable(t: Tensor) -> Tensor {
-        assert!(
-            t.device() == Device::Cpu && t.kind() == Kind::Float,
-            "decode_attention: f32 CPU tensors only (the caller checks)"
-        );
-        if t.size()[3] <= 1 || t.stride()[3] == 1 {
-            t
-        } else {
-            t.contiguous()
-        }
-    }
-
-    fn with_view<R>(t: &Tensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
-        let shape: [usize; 4] = t
-            .size()
-            .iter()
-            .map(|&n| n as usize)
-            .collect::<Vec<_>>()
-            .try_into()
-            .expect("rank-4 attention inputs");
-        let strides: Vec<isize> = t.stride().iter().map(|&s| s as isize).collect();
-        let view = Strided::new(&[], shape, &strides, 0).expect("made readable");
-        let span = Strided::span(shape, view.strides);
-        // SAFETY: `t` is an f32 CPU tensor with non-negative strides (`readable`), so its
-        // elements are the `span` values from its first one, inside its storage, which `t`
-        // keeps alive during the call; Burn writes a tensor in place only when its handle is
-        // the only one, and the caller holds these.
-        #[allow(unsafe_code)]
-        let values = unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, span) };
-        f(Strided { values, ..view })
     }
 }

@@ -1,0 +1,229 @@
+//! Strided `f32` views of the CPU backends' buffers, which the CPU kernels read in place:
+//! ndarray's arrays, flex's tensors and LibTorch's CPU tensors, each copied first only where
+//! its features are not adjacent or a stride is negative.
+
+// Burn 0.22 deprecates its ndarray and LibTorch backends in favour of flex and CubeCL; users
+// still run them.
+#![allow(deprecated)]
+
+/// `[batch, heads, rows, head_dim]` values of an f32 buffer, features adjacent (stride 1):
+/// element `(b, h, r, d)` at `values[b * strides[0] + h * strides[1] + r * strides[2] + d]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Strided<'a> {
+    pub values: &'a [f32],
+    pub shape: [usize; 4],
+    pub strides: [usize; 3],
+}
+
+impl<'a> Strided<'a> {
+    /// `values` read through `shape` and `strides` from element `offset`, when the features are
+    /// adjacent and every stride is non-negative (so the elements lie at and after `offset`).
+    pub fn new(
+        values: &'a [f32],
+        shape: [usize; 4],
+        strides: &[isize],
+        offset: usize,
+    ) -> Option<Self> {
+        let strides: [isize; 4] = strides.try_into().ok()?;
+        if strides[3] != 1 && shape[3] > 1 {
+            return None;
+        }
+        let strides = [
+            usize::try_from(strides[0]).ok()?,
+            usize::try_from(strides[1]).ok()?,
+            usize::try_from(strides[2]).ok()?,
+        ];
+        Some(Self {
+            values: values.get(offset..)?,
+            shape,
+            strides,
+        })
+    }
+
+    /// The number of elements from the first to the last one, inclusive: how much of a buffer
+    /// starting at the first element the view reads (0 when it is empty).
+    // Flex hands over its whole buffer; ndarray and torch give a pointer to the first element.
+    #[cfg(any(feature = "ndarray", feature = "tch"))]
+    pub fn span(shape: [usize; 4], strides: [usize; 3]) -> usize {
+        if shape.contains(&0) {
+            return 0;
+        }
+        (0..3).map(|i| (shape[i] - 1) * strides[i]).sum::<usize>() + shape[3]
+    }
+
+    /// Rows `first .. first + len` of the view.
+    pub fn rows(self, first: usize, len: usize) -> Self {
+        Self {
+            values: &self.values[first * self.strides[2]..],
+            shape: [self.shape[0], self.shape[1], len, self.shape[3]],
+            ..self
+        }
+    }
+
+    #[inline(always)]
+    pub fn row(&self, b: usize, h: usize, r: usize) -> &'a [f32] {
+        let at = b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
+        &self.values[at..at + self.shape[3]]
+    }
+
+    /// The rows of batch row `b`, head `h`.
+    pub fn rows_of(&self, b: usize, h: usize) -> HeadRows<'a> {
+        let at = b * self.strides[0] + h * self.strides[1];
+        HeadRows {
+            values: &self.values[at..],
+            rows: self.shape[2],
+            width: self.shape[3],
+            row_stride: self.strides[2],
+        }
+    }
+}
+
+/// The `rows` rows of `width` features of one (batch, head) pair, `row_stride` floats apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadRows<'a> {
+    values: &'a [f32],
+    rows: usize,
+    width: usize,
+    row_stride: usize,
+}
+
+impl<'a> HeadRows<'a> {
+    /// Rows `start .. start + n` as a matrix for a `gemm` call, checked to lie in the buffer.
+    pub fn matrix(&self, start: usize, n: usize) -> Matrix<'a> {
+        assert!(
+            n >= 1 && start + n <= self.rows,
+            "rows {start}..{} of {}",
+            start + n,
+            self.rows
+        );
+        let at = start * self.row_stride;
+        Matrix {
+            values: &self.values[at..at + (n - 1) * self.row_stride + self.width],
+            row_stride: self.row_stride,
+        }
+    }
+}
+
+/// Rows of features (stride 1), `row_stride` floats apart, every element inside `values`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Matrix<'a> {
+    values: &'a [f32],
+    pub row_stride: usize,
+}
+
+impl Matrix<'_> {
+    /// The first element; the rest lie inside the borrowed buffer (`HeadRows::matrix`).
+    pub fn as_ptr(&self) -> *const f32 {
+        self.values.as_ptr()
+    }
+}
+
+#[cfg(feature = "ndarray")]
+mod ndarray_view {
+    use ndarray::{ArrayView, IxDyn};
+
+    use super::Strided;
+
+    /// `f(view)` of `t`'s memory, copied to standard layout first if its features are not
+    /// adjacent or a stride is negative.
+    pub(crate) fn with_view<R>(
+        t: &ArrayView<'_, f32, IxDyn>,
+        f: impl FnOnce(Strided<'_>) -> R,
+    ) -> R {
+        let shape: [usize; 4] = t.shape().try_into().expect("rank-4 attention inputs");
+        if let Some(view) = Strided::new(&[], shape, t.strides(), 0) {
+            let span = Strided::span(shape, view.strides);
+            // SAFETY: every stride is non-negative (`Strided::new`), so the `span` elements from
+            // the first one are the view's and lie inside the memory it borrows, which nothing
+            // writes while the borrow lasts.
+            #[allow(unsafe_code)]
+            let values = unsafe { std::slice::from_raw_parts(t.as_ptr(), span) };
+            return f(Strided { values, ..view });
+        }
+        let standard = t.as_standard_layout();
+        let values = standard.as_slice().expect("standard layout is one slice");
+        let strides: Vec<isize> = standard.strides().to_vec();
+        f(
+            Strided::new(values, shape, &strides, 0)
+                .expect("standard layout has adjacent features"),
+        )
+    }
+}
+
+#[cfg(feature = "ndarray")]
+pub(crate) use ndarray_view::with_view as ndarray_view;
+
+#[cfg(feature = "flex")]
+mod flex_view {
+    use burn::backend::flex::FlexTensor;
+
+    use super::Strided;
+
+    /// `t` where its strides are ones [`Strided`] reads, a contiguous copy otherwise.
+    pub(crate) fn readable(t: FlexTensor) -> FlexTensor {
+        let layout = t.layout();
+        if layout.has_positive_strides() && layout.has_contiguous_inner() {
+            t
+        } else {
+            t.to_contiguous()
+        }
+    }
+
+    pub(crate) fn view(t: &FlexTensor) -> Strided<'_> {
+        let layout = t.layout();
+        Strided::new(
+            t.storage::<f32>(),
+            layout.shape().dims::<4>(),
+            layout.strides(),
+            layout.start_offset(),
+        )
+        .expect("made readable")
+    }
+}
+
+#[cfg(feature = "flex")]
+pub(crate) use flex_view::{readable as flex_readable, view as flex_view};
+
+#[cfg(feature = "tch")]
+mod torch_view {
+    use tch::{Device, Kind, Tensor};
+
+    use super::Strided;
+
+    /// `t` itself where its features are adjacent, a contiguous copy otherwise (torch's strides
+    /// are never negative).
+    pub(crate) fn readable(t: Tensor) -> Tensor {
+        assert!(
+            t.device() == Device::Cpu && t.kind() == Kind::Float,
+            "attention kernels: f32 CPU tensors only (the caller checks)"
+        );
+        if t.size()[3] <= 1 || t.stride()[3] == 1 {
+            t
+        } else {
+            t.contiguous()
+        }
+    }
+
+    pub(crate) fn with_view<R>(t: &Tensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+        let shape: [usize; 4] = t
+            .size()
+            .iter()
+            .map(|&n| n as usize)
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("rank-4 attention inputs");
+        let strides: Vec<isize> = t.stride().iter().map(|&s| s as isize).collect();
+        let view = Strided::new(&[], shape, &strides, 0).expect("made readable");
+        let span = Strided::span(shape, view.strides);
+        // SAFETY: `t` is an f32 CPU tensor with non-negative strides (`readable`), so its
+        // elements are the `span` values from its first one, inside its storage, which `t`
+        // keeps alive during the call; Burn writes a tensor in place only when its handle is
+        // the only one, and the caller holds these.
+        #[allow(unsafe_code)]
+        let values = unsafe { std::slice::from_raw_parts(t.data_ptr() as *const f32, span) };
+        f(Strided { values, ..view })
+    }
+}
+
+#[cfg(feature = "tch")]
+pub(crate) use torch_view::{readable as torch_readable, with_view as torch_view};
