@@ -682,9 +682,9 @@ impl MultiHeadAttention {
                 .clone()
                 .unwrap_or_else(|| index_positions(first_index, k_len, batch, &device))
         };
-        let block = match q_len > EXPLICIT_BLOCK && !q.is_autodiff() && self.relative_xl.is_none() {
-            true => EXPLICIT_BLOCK,
-            false => q_len,
+        let block = match self.relative_xl {
+            Some(_) => q_len,
+            None => explicit_block(&q),
         };
         crate::paths::record(|counts| &mut counts.explicit);
         let mut contexts = Vec::with_capacity(q_len.div_ceil(block));
@@ -946,11 +946,7 @@ impl MultiHeadAttention {
     ) -> Result<Tensor<4>, AttentionError> {
         let [_, _, q_len, _] = q.dims();
         let k_len = k.dims()[2];
-        // A block of queries at a time when they are many, as in `attention`'s explicit path.
-        let block = match q_len > EXPLICIT_BLOCK && !q.is_autodiff() {
-            true => EXPLICIT_BLOCK,
-            false => q_len,
-        };
+        let block = explicit_block(&q);
         let mut contexts = Vec::with_capacity(q_len.div_ceil(block));
         for start in (0..q_len).step_by(block) {
             let rows = block.min(q_len - start);
@@ -1182,6 +1178,17 @@ fn fused_takes_softcap(device: &DispatchDevice) -> bool {
 /// Queries per block of the explicit path when it takes more: at 16,384 keys and 9 heads one
 /// block's scores are 151 MB, where all of them would be 9.7 GB.
 const EXPLICIT_BLOCK: usize = 256;
+
+/// Queries per block of the explicit path for the queries `q` (`[batch, heads, q_len, _]`):
+/// `EXPLICIT_BLOCK` when there are more, outside autodiff, whose backward keeps every block's
+/// weights anyway; all of them otherwise.
+fn explicit_block(q: &Tensor<4>) -> usize {
+    let q_len = q.dims()[2];
+    match q_len > EXPLICIT_BLOCK && !q.is_autodiff() {
+        true => EXPLICIT_BLOCK,
+        false => q_len,
+    }
+}
 
 /// Queries per block of [`MultiHeadAttention::causal_in_blocks`]: at 2048 positions, 8 blocks
 /// doing 56% of the full pass's work, each large enough for matrix products to run at speed.

@@ -118,18 +118,56 @@ impl Matrix<'_> {
     }
 }
 
+/// A CPU kernel of attention: the output `[batch, heads, q_len, head_dim]` (row-major, the
+/// queries' shape) of the queries, keys and values.
+pub(crate) type Kernel<'a> = dyn FnOnce(Strided<'_>, Strided<'_>, Strided<'_>) -> Vec<f32> + 'a;
+
 #[cfg(feature = "ndarray")]
 mod ndarray_view {
+    use std::ops::Range;
+
+    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
     use ndarray::{ArrayView, IxDyn};
 
-    use super::Strided;
+    use super::{Kernel, Strided};
+
+    /// `kernel` over `q` and rows `keys` of `k` and `v`, as an ndarray tensor of `q`'s shape.
+    pub(crate) fn run(
+        q: NdArrayTensor,
+        k: NdArrayTensor,
+        v: NdArrayTensor,
+        keys: Range<usize>,
+        kernel: Box<Kernel<'_>>,
+    ) -> NdArrayTensor {
+        let (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v)) = (q, k, v)
+        else {
+            panic!("attention kernels: f32 tensors only (the caller checks)");
+        };
+        let shape = q.shape().to_vec();
+        let (q, k, v) = (q.view(), k.view(), v.view());
+        let (first, len) = (keys.start, keys.len());
+        let output = with_view(&q, |q| {
+            with_view(&k, |k| {
+                with_view(&v, |v| kernel(q, k.rows(first, len), v.rows(first, len)))
+            })
+        });
+        NdArrayTensor::from(
+            SharedArray::from_shape_vec(shape.as_slice(), output)
+                .expect("the output holds exactly its shape's elements"),
+        )
+    }
+
+    /// `t`'s values when `on` (an option's vector: slopes, sinks, padding).
+    pub(crate) fn floats(t: NdArrayTensor, on: bool) -> Option<Vec<f32>> {
+        on.then(|| match t {
+            NdArrayTensor::F32(t) => t.view().iter().copied().collect(),
+            _ => panic!("attention kernels: option vectors are f32 like the queries"),
+        })
+    }
 
     /// `f(view)` of `t`'s memory, copied to standard layout first if its features are not
     /// adjacent or a stride is negative.
-    pub(crate) fn with_view<R>(
-        t: &ArrayView<'_, f32, IxDyn>,
-        f: impl FnOnce(Strided<'_>) -> R,
-    ) -> R {
+    fn with_view<R>(t: &ArrayView<'_, f32, IxDyn>, f: impl FnOnce(Strided<'_>) -> R) -> R {
         let shape: [usize; 4] = t.shape().try_into().expect("rank-4 attention inputs");
         if let Some(view) = Strided::new(&[], shape, t.strides(), 0) {
             let span = Strided::span(shape, view.strides);
@@ -151,16 +189,43 @@ mod ndarray_view {
 }
 
 #[cfg(feature = "ndarray")]
-pub(crate) use ndarray_view::with_view as ndarray_view;
+pub(crate) use ndarray_view::{floats as ndarray_floats, run as on_ndarray};
 
 #[cfg(feature = "flex")]
 mod flex_view {
-    use burn::backend::flex::FlexTensor;
+    use std::ops::Range;
 
-    use super::Strided;
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::TensorData;
+
+    use super::{Kernel, Strided};
+
+    /// `kernel` over `q` and rows `keys` of `k` and `v`, as a flex tensor of `q`'s shape.
+    pub(crate) fn run(
+        q: FlexTensor,
+        k: FlexTensor,
+        v: FlexTensor,
+        keys: Range<usize>,
+        kernel: Box<Kernel<'_>>,
+    ) -> FlexTensor {
+        let shape: [usize; 4] = q.layout().shape().dims::<4>();
+        let (q, k, v) = (readable(q), readable(k), readable(v));
+        let (first, len) = (keys.start, keys.len());
+        let output = kernel(
+            view(&q),
+            view(&k).rows(first, len),
+            view(&v).rows(first, len),
+        );
+        FlexTensor::from_data(TensorData::new(output, shape))
+    }
+
+    /// `t`'s values when `on` (an option's vector: slopes, sinks, padding).
+    pub(crate) fn floats(t: FlexTensor, on: bool) -> Option<Vec<f32>> {
+        on.then(|| t.to_contiguous().storage::<f32>().to_vec())
+    }
 
     /// `t` where its strides are ones [`Strided`] reads, a contiguous copy otherwise.
-    pub(crate) fn readable(t: FlexTensor) -> FlexTensor {
+    fn readable(t: FlexTensor) -> FlexTensor {
         let layout = t.layout();
         if layout.has_positive_strides() && layout.has_contiguous_inner() {
             t
@@ -169,7 +234,7 @@ mod flex_view {
         }
     }
 
-    pub(crate) fn view(t: &FlexTensor) -> Strided<'_> {
+    fn view(t: &FlexTensor) -> Strided<'_> {
         let layout = t.layout();
         Strided::new(
             t.storage::<f32>(),
@@ -182,17 +247,49 @@ mod flex_view {
 }
 
 #[cfg(feature = "flex")]
-pub(crate) use flex_view::{readable as flex_readable, view as flex_view};
+pub(crate) use flex_view::{floats as flex_floats, run as on_flex};
 
 #[cfg(feature = "tch")]
 mod torch_view {
+    #![allow(deprecated)]
+
+    use std::ops::Range;
+
+    use burn::backend::libtorch::TchTensor;
     use tch::{Device, Kind, Tensor};
 
-    use super::Strided;
+    use super::{Kernel, Strided};
+
+    /// `kernel` over `q` and rows `keys` of `k` and `v`, as a torch tensor of `q`'s shape.
+    pub(crate) fn run(
+        q: TchTensor,
+        k: TchTensor,
+        v: TchTensor,
+        keys: Range<usize>,
+        kernel: Box<Kernel<'_>>,
+    ) -> TchTensor {
+        let (q, k, v) = (readable(q.tensor), readable(k.tensor), readable(v.tensor));
+        let shape = q.size();
+        let (first, len) = (keys.start, keys.len());
+        let output = with_view(&q, |q| {
+            with_view(&k, |k| {
+                with_view(&v, |v| kernel(q, k.rows(first, len), v.rows(first, len)))
+            })
+        });
+        TchTensor::new(Tensor::from_slice(&output).view(shape.as_slice()))
+    }
+
+    /// `t`'s values when `on` (an option's vector: slopes, sinks, padding).
+    pub(crate) fn floats(t: TchTensor, on: bool) -> Option<Vec<f32>> {
+        on.then(|| {
+            Vec::<f32>::try_from(t.tensor.to_kind(Kind::Float).contiguous().view(-1))
+                .expect("an f32 CPU vector")
+        })
+    }
 
     /// `t` itself where its features are adjacent, a contiguous copy otherwise (torch's strides
     /// are never negative).
-    pub(crate) fn readable(t: Tensor) -> Tensor {
+    fn readable(t: Tensor) -> Tensor {
         assert!(
             t.device() == Device::Cpu && t.kind() == Kind::Float,
             "attention kernels: f32 CPU tensors only (the caller checks)"
@@ -204,7 +301,7 @@ mod torch_view {
         }
     }
 
-    pub(crate) fn with_view<R>(t: &Tensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+    fn with_view<R>(t: &Tensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
         let shape: [usize; 4] = t
             .size()
             .iter()
@@ -226,4 +323,4 @@ mod torch_view {
 }
 
 #[cfg(feature = "tch")]
-pub(crate) use torch_view::{readable as torch_readable, with_view as torch_view};
+pub(crate) use torch_view::{floats as torch_floats, run as on_torch};

@@ -230,170 +230,81 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-#[cfg(feature = "ndarray")]
-mod ndarray_backend {
-    #![allow(deprecated)]
-
-    use super::{Options, decode};
-    use crate::kernels::decode_attention::DecodeAttentionBackend;
-    use crate::kernels::strided::ndarray_view as with_view;
-    use burn::backend::NdArray;
-    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
-
-    impl DecodeAttentionBackend for NdArray {
-        fn decode_attention(
-            q: NdArrayTensor,
-            k: NdArrayTensor,
-            v: NdArrayTensor,
-            first_key: usize,
-            k_len: usize,
-            slopes: NdArrayTensor,
-            sinks: NdArrayTensor,
-            with_slopes: bool,
-            with_sinks: bool,
-            scale: f64,
-            softcap: Option<f64>,
-        ) -> NdArrayTensor {
-            let (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v)) = (q, k, v)
-            else {
-                panic!("decode_attention: the kernel takes f32 tensors (the caller checks)");
-            };
-            let vector = |t: NdArrayTensor, on: bool| {
-                on.then(|| match t {
-                    NdArrayTensor::F32(t) => t.view().iter().copied().collect::<Vec<_>>(),
-                    _ => panic!("decode_attention: slopes and sinks are f32 like the queries"),
-                })
-            };
-            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
-            let shape = q.shape().to_vec();
-            let options = Options {
-                scale: scale as f32,
-                softcap: softcap.map(|cap| cap as f32),
-                slopes: slopes.as_deref(),
-                sinks: sinks.as_deref(),
-            };
-            let (q, k, v) = (q.view(), k.view(), v.view());
-            let output = with_view(&q, |q| {
-                with_view(&k, |k| {
-                    with_view(&v, |v| {
-                        decode(
-                            q,
-                            k.rows(first_key, k_len),
-                            v.rows(first_key, k_len),
-                            options,
-                        )
-                    })
-                })
-            });
-            NdArrayTensor::from(
-                SharedArray::from_shape_vec(shape.as_slice(), output)
-                    .expect("the output holds exactly its shape's elements"),
-            )
-        }
+/// The call's scalars and option vectors as [`Options`].
+fn options<'a>(
+    scale: f64,
+    softcap: Option<f64>,
+    slopes: &'a Option<Vec<f32>>,
+    sinks: &'a Option<Vec<f32>>,
+) -> Options<'a> {
+    Options {
+        scale: scale as f32,
+        softcap: softcap.map(|cap| cap as f32),
+        slopes: slopes.as_deref(),
+        sinks: sinks.as_deref(),
     }
 }
 
-#[cfg(feature = "flex")]
-mod flex {
-    use burn::backend::Flex;
-    use burn::backend::flex::FlexTensor;
-    use burn::tensor::TensorData;
+/// The extension for each CPU backend: its buffers as strided views (`kernels::strided`), the
+/// pass, and the output as its tensor.
+macro_rules! decode_on {
+    ($feature:literal, $module:ident, $backend:ident, $tensor:ty, $floats:ident, $run:ident) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            #![allow(deprecated)]
 
-    use super::{Options, decode};
-    use crate::kernels::decode_attention::DecodeAttentionBackend;
-    use crate::kernels::strided::{flex_readable as readable, flex_view as view};
+            use burn::backend::$backend;
 
-    impl DecodeAttentionBackend for Flex {
-        fn decode_attention(
-            q: FlexTensor,
-            k: FlexTensor,
-            v: FlexTensor,
-            first_key: usize,
-            k_len: usize,
-            slopes: FlexTensor,
-            sinks: FlexTensor,
-            with_slopes: bool,
-            with_sinks: bool,
-            scale: f64,
-            softcap: Option<f64>,
-        ) -> FlexTensor {
-            let vector =
-                |t: FlexTensor, on: bool| on.then(|| t.to_contiguous().storage::<f32>().to_vec());
-            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
-            let shape: [usize; 4] = q.layout().shape().dims::<4>();
-            let options = Options {
-                scale: scale as f32,
-                softcap: softcap.map(|cap| cap as f32),
-                slopes: slopes.as_deref(),
-                sinks: sinks.as_deref(),
-            };
-            let (q, k, v) = (readable(q), readable(k), readable(v));
-            let output = decode(
-                view(&q),
-                view(&k).rows(first_key, k_len),
-                view(&v).rows(first_key, k_len),
-                options,
-            );
-            FlexTensor::from_data(TensorData::new(output, shape))
+            use super::{decode, options};
+            use crate::kernels::decode_attention::DecodeAttentionBackend;
+            use crate::kernels::strided::{$floats, $run};
+
+            impl DecodeAttentionBackend for $backend {
+                fn decode_attention(
+                    q: $tensor,
+                    k: $tensor,
+                    v: $tensor,
+                    first_key: usize,
+                    k_len: usize,
+                    slopes: $tensor,
+                    sinks: $tensor,
+                    with_slopes: bool,
+                    with_sinks: bool,
+                    scale: f64,
+                    softcap: Option<f64>,
+                ) -> $tensor {
+                    let slopes = $floats(slopes, with_slopes);
+                    let sinks = $floats(sinks, with_sinks);
+                    let options = options(scale, softcap, &slopes, &sinks);
+                    let keys = first_key..first_key + k_len;
+                    $run(q, k, v, keys, Box::new(|q, k, v| decode(q, k, v, options)))
+                }
+            }
         }
-    }
+    };
 }
 
-#[cfg(feature = "tch")]
-mod torch {
-    #![allow(deprecated)]
-
-    use burn::backend::LibTorch;
-    use burn::backend::libtorch::TchTensor;
-    use tch::{Kind, Tensor};
-
-    use super::{Options, decode};
-    use crate::kernels::decode_attention::DecodeAttentionBackend;
-    use crate::kernels::strided::{torch_readable as readable, torch_view as with_view};
-
-    impl DecodeAttentionBackend for LibTorch {
-        /// The CPU loop over torch's buffers; `available` offers it on the CPU device only.
-        fn decode_attention(
-            q: TchTensor,
-            k: TchTensor,
-            v: TchTensor,
-            first_key: usize,
-            k_len: usize,
-            slopes: TchTensor,
-            sinks: TchTensor,
-            with_slopes: bool,
-            with_sinks: bool,
-            scale: f64,
-            softcap: Option<f64>,
-        ) -> TchTensor {
-            let vector = |t: TchTensor, on: bool| {
-                on.then(|| {
-                    Vec::<f32>::try_from(t.tensor.to_kind(Kind::Float).contiguous().view(-1))
-                        .expect("an f32 CPU vector")
-                })
-            };
-            let (slopes, sinks) = (vector(slopes, with_slopes), vector(sinks, with_sinks));
-            let options = Options {
-                scale: scale as f32,
-                softcap: softcap.map(|cap| cap as f32),
-                slopes: slopes.as_deref(),
-                sinks: sinks.as_deref(),
-            };
-            let (q, k, v) = (readable(q.tensor), readable(k.tensor), readable(v.tensor));
-            let shape = q.size();
-            let output = with_view(&q, |q| {
-                with_view(&k, |k| {
-                    with_view(&v, |v| {
-                        decode(
-                            q,
-                            k.rows(first_key, k_len),
-                            v.rows(first_key, k_len),
-                            options,
-                        )
-                    })
-                })
-            });
-            TchTensor::new(Tensor::from_slice(&output).view(shape.as_slice()))
-        }
-    }
-}
+decode_on!(
+    "ndarray",
+    ndarray_backend,
+    NdArray,
+    burn::backend::ndarray::NdArrayTensor,
+    ndarray_floats,
+    on_ndarray
+);
+decode_on!(
+    "flex",
+    flex,
+    Flex,
+    burn::backend::flex::FlexTensor,
+    flex_floats,
+    on_flex
+);
+decode_on!(
+    "tch",
+    torch,
+    LibTorch,
+    burn::backend::libtorch::TchTensor,
+    torch_floats,
+    on_torch
+);

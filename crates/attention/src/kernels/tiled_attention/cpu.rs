@@ -421,172 +421,73 @@ fn options<'a>(
     }
 }
 
-#[cfg(feature = "ndarray")]
-mod ndarray_backend {
-    use burn::backend::NdArray;
-    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
+/// The extension for each CPU backend: its buffers as strided views (`kernels::strided`), the
+/// pass, and the output as its tensor.
+macro_rules! tiled_on {
+    ($feature:literal, $module:ident, $backend:ident, $tensor:ty, $floats:ident, $run:ident) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            #![allow(deprecated)]
 
-    use super::{attend, options};
-    use crate::kernels::strided::ndarray_view as with_view;
-    use crate::kernels::tiled_attention::{TiledAttentionBackend, TiledOptions};
+            use burn::backend::$backend;
 
-    impl TiledAttentionBackend for NdArray {
-        fn tiled_attention(
-            q: NdArrayTensor,
-            k: NdArrayTensor,
-            v: NdArrayTensor,
-            first_key: usize,
-            k_len: usize,
-            key_padding: NdArrayTensor,
-            slopes: NdArrayTensor,
-            sinks: NdArrayTensor,
-            tiled: TiledOptions,
-        ) -> NdArrayTensor {
-            let (NdArrayTensor::F32(q), NdArrayTensor::F32(k), NdArrayTensor::F32(v)) = (q, k, v)
-            else {
-                panic!("tiled_attention: the kernel takes f32 tensors (the caller checks)");
-            };
-            let vector = |t: NdArrayTensor, on: bool| {
-                on.then(|| match t {
-                    NdArrayTensor::F32(t) => t.view().iter().copied().collect::<Vec<_>>(),
-                    _ => panic!("tiled_attention: padding, slopes and sinks are f32"),
-                })
-            };
-            let padding = vector(key_padding, tiled.with_padding);
-            let slopes = vector(slopes, tiled.with_slopes);
-            let sinks = vector(sinks, tiled.with_sinks);
-            let options = options(
-                tiled,
-                padding.as_deref(),
-                slopes.as_deref(),
-                sinks.as_deref(),
-            );
-            let shape = q.shape().to_vec();
-            let (q, k, v) = (q.view(), k.view(), v.view());
-            let output = with_view(&q, |q| {
-                with_view(&k, |k| {
-                    with_view(&v, |v| {
-                        attend(
-                            q,
-                            k.rows(first_key, k_len),
-                            v.rows(first_key, k_len),
-                            options,
-                        )
-                    })
-                })
-            });
-            NdArrayTensor::from(
-                SharedArray::from_shape_vec(shape.as_slice(), output)
-                    .expect("the output holds exactly its shape's elements"),
-            )
+            use super::{attend, options};
+            use crate::kernels::strided::{$floats, $run};
+            use crate::kernels::tiled_attention::{TiledAttentionBackend, TiledOptions};
+
+            impl TiledAttentionBackend for $backend {
+                fn tiled_attention(
+                    q: $tensor,
+                    k: $tensor,
+                    v: $tensor,
+                    first_key: usize,
+                    k_len: usize,
+                    key_padding: $tensor,
+                    slopes: $tensor,
+                    sinks: $tensor,
+                    tiled: TiledOptions,
+                ) -> $tensor {
+                    let padding = $floats(key_padding, tiled.with_padding);
+                    let slopes = $floats(slopes, tiled.with_slopes);
+                    let sinks = $floats(sinks, tiled.with_sinks);
+                    let options = options(
+                        tiled,
+                        padding.as_deref(),
+                        slopes.as_deref(),
+                        sinks.as_deref(),
+                    );
+                    let keys = first_key..first_key + k_len;
+                    $run(q, k, v, keys, Box::new(|q, k, v| attend(q, k, v, options)))
+                }
+            }
         }
-    }
+    };
 }
 
-#[cfg(feature = "flex")]
-mod flex {
-    use burn::backend::Flex;
-    use burn::backend::flex::FlexTensor;
-    use burn::tensor::TensorData;
-
-    use super::{attend, options};
-    use crate::kernels::strided::{flex_readable as readable, flex_view as view};
-    use crate::kernels::tiled_attention::{TiledAttentionBackend, TiledOptions};
-
-    impl TiledAttentionBackend for Flex {
-        fn tiled_attention(
-            q: FlexTensor,
-            k: FlexTensor,
-            v: FlexTensor,
-            first_key: usize,
-            k_len: usize,
-            key_padding: FlexTensor,
-            slopes: FlexTensor,
-            sinks: FlexTensor,
-            tiled: TiledOptions,
-        ) -> FlexTensor {
-            let vector =
-                |t: FlexTensor, on: bool| on.then(|| t.to_contiguous().storage::<f32>().to_vec());
-            let padding = vector(key_padding, tiled.with_padding);
-            let slopes = vector(slopes, tiled.with_slopes);
-            let sinks = vector(sinks, tiled.with_sinks);
-            let options = options(
-                tiled,
-                padding.as_deref(),
-                slopes.as_deref(),
-                sinks.as_deref(),
-            );
-            let [batch, heads, q_len, head_dim] = q.layout().shape().dims::<4>();
-            let (q, k, v) = (readable(q), readable(k), readable(v));
-            let output = attend(
-                view(&q),
-                view(&k).rows(first_key, k_len),
-                view(&v).rows(first_key, k_len),
-                options,
-            );
-            FlexTensor::from_data(TensorData::new(output, [batch, heads, q_len, head_dim]))
-        }
-    }
-}
-
-#[cfg(feature = "tch")]
-mod torch {
-    #![allow(deprecated)]
-
-    use burn::backend::LibTorch;
-    use burn::backend::libtorch::TchTensor;
-    use tch::{Kind, Tensor};
-
-    use super::{attend, options};
-    use crate::kernels::strided::{torch_readable as readable, torch_view as with_view};
-    use crate::kernels::tiled_attention::{TiledAttentionBackend, TiledOptions};
-
-    impl TiledAttentionBackend for LibTorch {
-        /// The CPU loop over torch's buffers; `available` offers it on the CPU device only.
-        fn tiled_attention(
-            q: TchTensor,
-            k: TchTensor,
-            v: TchTensor,
-            first_key: usize,
-            k_len: usize,
-            key_padding: TchTensor,
-            slopes: TchTensor,
-            sinks: TchTensor,
-            tiled: TiledOptions,
-        ) -> TchTensor {
-            let vector = |t: TchTensor, on: bool| {
-                on.then(|| {
-                    Vec::<f32>::try_from(t.tensor.to_kind(Kind::Float).contiguous().view(-1))
-                        .expect("an f32 CPU vector")
-                })
-            };
-            let padding = vector(key_padding, tiled.with_padding);
-            let slopes = vector(slopes, tiled.with_slopes);
-            let sinks = vector(sinks, tiled.with_sinks);
-            let options = options(
-                tiled,
-                padding.as_deref(),
-                slopes.as_deref(),
-                sinks.as_deref(),
-            );
-            let (q, k, v) = (readable(q.tensor), readable(k.tensor), readable(v.tensor));
-            let shape = q.size();
-            let output = with_view(&q, |q| {
-                with_view(&k, |k| {
-                    with_view(&v, |v| {
-                        attend(
-                            q,
-                            k.rows(first_key, k_len),
-                            v.rows(first_key, k_len),
-                            options,
-                        )
-                    })
-                })
-            });
-            TchTensor::new(Tensor::from_slice(&output).view(shape.as_slice()))
-        }
-    }
-}
+tiled_on!(
+    "ndarray",
+    ndarray_backend,
+    NdArray,
+    burn::backend::ndarray::NdArrayTensor,
+    ndarray_floats,
+    on_ndarray
+);
+tiled_on!(
+    "flex",
+    flex,
+    Flex,
+    burn::backend::flex::FlexTensor,
+    flex_floats,
+    on_flex
+);
+tiled_on!(
+    "tch",
+    torch,
+    LibTorch,
+    burn::backend::libtorch::TchTensor,
+    torch_floats,
+    on_torch
+);
 
 #[cfg(test)]
 mod tests {
