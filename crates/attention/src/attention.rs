@@ -672,16 +672,21 @@ impl MultiHeadAttention {
         // the backward keeps every block's weights anyway, and Transformer-XL's terms are made
         // for a whole segment (a memory and its segment, short by design): those take one block.
         let device = q.device();
-        let query_positions = || {
-            query_positions
-                .clone()
-                .unwrap_or_else(|| index_positions(past, q_len, batch, &device))
+        // The queries' and keys' positions, built once for every block, and only when a bias
+        // reads them.
+        let positions = std::cell::OnceCell::new();
+        let positions = || {
+            positions.get_or_init(|| {
+                let queries = query_positions
+                    .clone()
+                    .unwrap_or_else(|| index_positions(past, q_len, batch, &device));
+                let keys = key_positions
+                    .clone()
+                    .unwrap_or_else(|| index_positions(first_index, k_len, batch, &device));
+                (queries, keys)
+            })
         };
-        let key_positions = || {
-            key_positions
-                .clone()
-                .unwrap_or_else(|| index_positions(first_index, k_len, batch, &device))
-        };
+        let key_positions = || positions().1.clone();
         let block = match self.relative_xl {
             Some(_) => q_len,
             None => explicit_block(&q),
@@ -696,8 +701,8 @@ impl MultiHeadAttention {
                 false => t.narrow(2, start, rows),
             };
             let block_positions = || match rows == q_len {
-                true => query_positions(),
-                false => query_positions().narrow(1, start, rows),
+                true => positions().0.clone(),
+                false => positions().0.clone().narrow(1, start, rows),
             };
             let mut total_bias = bias.clone().map(part);
             let mut add = |extra: Tensor<4>| {
