@@ -5,14 +5,20 @@
 //!   scheme, trained at one length and measured at 1, 2, 4 and 8 times it.
 //! - [`char_lm`]: a character-level language model on a text file
 //!   (`cargo run --release -p examples --bin char-lm -- --text FILE`).
+//! - [`context`]: how far past its training length a pretrained RoPE model reads, as trained and
+//!   with each RoPE scaling (`cargo run --release -p examples --bin context -- --model PATH`), on
+//!   a novel a package ships ([`texts`]); [`context_report`] writes its table and plots.
 //!
-//! Both pick the backend at run time by name ([`device`]), train through Burn's autodiff with
+//! The training loops pick the backend at run time by name ([`device`]), train through Burn's autodiff with
 //! Adam ([`training`]) and use data generated in code ([`tasks`]).
 
 pub mod char_lm;
+pub mod context;
+pub mod context_report;
 pub mod decoder;
 pub mod device;
 pub mod extrapolation;
 pub mod report;
 pub mod tasks;
+pub mod texts;
 pub mod training;

@@ -1,8 +1,9 @@
-//! Runs the two example binaries the way a user does, on every backend they were built with.
+//! Runs the example binaries the way a user does, on every backend they were built with.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use examples::context_report::ContextReport;
 use examples::extrapolation::Evaluation;
 use examples::report::StudyReport;
 
@@ -586,3 +587,70 @@ fn generate_converses_until_end_of_input() {
         "prompts {prompts:?}: the history was not kept"
     );
 }
+
+const CONTEXT: &str = env!("CARGO_BIN_EXE_context");
+
+/// `context` on SmolLM2's GGUF file, reading this repository's README at 512 tokens with RoPE as
+/// trained: perplexity read through the cache in chunks of 100 tokens equals that read in one
+/// call, five keys are asked, and every file is written. (Each scaling reads the same way; the
+/// scalings themselves are `replaced_rope_scaling_equals_a_model_built_with_it` in `models`.)
+fn context_study_reads_smollm2_in_chunks_as_whole(backend: &str) {
+    let gguf = smollm2_gguf();
+    let readme = repository().join("README.md");
+    let run_with_chunk = |chunk: &str| {
+        let out = scratch(&format!("context-{backend}-{chunk}"));
+        let args = [
+            "--model",
+            gguf.to_str().unwrap(),
+            "--device",
+            backend,
+            "--text",
+            readme.to_str().unwrap(),
+            "--max-len",
+            "512",
+            "--factor",
+            "2",
+            "--scalings",
+            "as-trained",
+            "--chunk",
+            chunk,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let table = stdout_of(CONTEXT, &args);
+        assert!(
+            table.contains("as trained") && table.contains("/5)"),
+            "{table}"
+        );
+        let report: ContextReport =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        for file in ["report.csv", "perplexity.svg", "passkey.svg"] {
+            assert!(out.join(file).is_file(), "{file} missing");
+        }
+        std::fs::remove_dir_all(out).unwrap();
+        report
+    };
+    let (whole, chunked) = (run_with_chunk("1024"), run_with_chunk("100"));
+    let perplexities = |report: &ContextReport| -> Vec<f64> {
+        report
+            .results
+            .iter()
+            .map(|result| {
+                assert_eq!(result.lengths.len(), 1);
+                assert_eq!(result.lengths[0].passkeys.len(), 5);
+                result.lengths[0].perplexity
+            })
+            .collect()
+    };
+    let (whole, chunked) = (perplexities(&whole), perplexities(&chunked));
+    for (w, c) in whole.iter().zip(&chunked) {
+        assert!(w.is_finite() && *w > 1.0, "{whole:?}");
+        assert!(
+            (w / c - 1.0).abs() < 1e-4,
+            "whole {whole:?}, in chunks {chunked:?}"
+        );
+    }
+    assert_eq!(whole.len(), 1);
+}
+on_each_backend!(context_study_reads_smollm2_in_chunks_as_whole);

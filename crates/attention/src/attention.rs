@@ -11,12 +11,12 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::{
-    Alibi, MultiAxisRope, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding, Xpos,
-    unallocatable,
+    Alibi, MultiAxisRope, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding,
+    RotaryEncodingConfig, Xpos, unallocatable,
 };
 
 use crate::cache::{CachedKeys, KvCache};
-use crate::config::{MultiHeadAttentionConfig, QkNormConfig};
+use crate::config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
 use crate::kernels::decode_attention;
@@ -197,6 +197,29 @@ impl MultiHeadAttention {
     /// The configuration this module was built from.
     pub fn config(&self) -> &MultiHeadAttentionConfig {
         &self.config
+    }
+
+    /// This layer with RoPE rebuilt from `rope`, its weights kept: how a pretrained model is read
+    /// past its training length with another scaling (linear, dynamic NTK, YaRN, ...), as
+    /// editing `rope_scaling` in a Hugging Face config does. The layer must already use RoPE, and
+    /// `rope` must turn heads of the same size.
+    pub fn try_with_rope(mut self, rope: RotaryEncodingConfig) -> Result<Self, AttentionError> {
+        if self.rope.is_none() {
+            return Err(AttentionError::config(
+                "positional",
+                &self.config.positional,
+                "must be RoPE for its RoPE to be replaced",
+            ));
+        }
+        let device = self.query.weight.device();
+        let config = MultiHeadAttentionConfig {
+            positional: PositionalScheme::Rope(rope.clone()),
+            ..self.config.clone()
+        };
+        config.validate()?;
+        self.rope = Some(rope.try_init(&device)?);
+        self.config = config;
+        Ok(self)
     }
 
     /// Self-attention over `x`. `inputs` is an [`AttentionInputs`], or just a padding mask

@@ -9,6 +9,9 @@ llama.cpp's Q/K permutation, so the reference is the model the file holds, compu
 - `texts`: a few real sentences; `token_ids` (transformers' tokenizer read from the same GGUF);
   per position, the `top_k` largest logits and their ids, and the log-sum-exp of all 49,152
   logits (which holds every logit to account at once);
+- `perplexity`: the perplexity of a 256-token slice of Pride and Prejudice (janeaustenr's text,
+  read as `examples/src/texts.rs` reads it: paragraphs of joined lines), `exp` of the mean negative
+  log-probability of tokens 2..256, with the slice's ids, so that the runner needs no package;
 - `greedy`: greedy continuations of a plain prompt and of a chat (the model's chat template,
   rendered by transformers' `apply_chat_template`), with each step's margin between the best and
   the second-best logit (a step whose margin is inside the tolerance may go either way in f32).
@@ -16,12 +19,18 @@ llama.cpp's Q/K permutation, so the reference is the model the file holds, compu
 Run with the venv the xtask provisions (torch 2.9.0, transformers 5.23.0, gguf, accelerate):
 
     ~/.cache/positional/torch-venv/bin/python crates/conformance/generate/pretrained.py \
-        --gguf PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf
+        --gguf PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --text /usr/lib/R/site-library/janeaustenr/data/Rdata.rdb
+
+`--text` is Debian's `r-cran-janeaustenr` 1.0.0 (`apt-get download r-cran-janeaustenr` and
+`dpkg -x` give the file without installing R).
 """
 
 import argparse
 import json
 import pathlib
+import struct
+import zlib
 
 import torch
 import transformers
@@ -38,11 +47,59 @@ TEXTS = [
 PLAIN = "The three primary colors are"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 NEW_TOKENS = 24
+NOVEL = "PRIDE AND PREJUDICE"
+# A slice from the middle of chapter 6 or so: past the famous first lines, which a model may
+# have memorised.
+SLICE_START, SLICE_TOKENS = 10_000, 256
+
+
+def janeausten_novels(path):
+    """Each character vector of janeaustenr's `Rdata.rdb` (records of a 4-byte big-endian length and
+    a zlib stream of R's XDR serialization, version 3), as paragraphs, keyed by its first line."""
+    data = path.read_bytes()
+    novels, offset = {}, 0
+    while offset < len(data):
+        length = struct.unpack(">I", data[offset : offset + 4])[0]
+        decompressor = zlib.decompressobj()
+        obj = decompressor.decompress(data[offset + 4 :])
+        assert len(obj) == length, "a record's length differs from its header"
+        offset = len(data) - len(decompressor.unused_data)
+        assert obj[:2] == b"X\n"
+        at = 2
+        version = struct.unpack(">i", obj[at : at + 4])[0]
+        at += 12
+        if version == 3:
+            at += 4 + struct.unpack(">i", obj[at : at + 4])[0]
+        kind, count = struct.unpack(">ii", obj[at : at + 8])
+        at += 8
+        if kind & 0xFF != 16:  # not a character vector
+            continue
+        lines = []
+        for _ in range(count):
+            flags, size = struct.unpack(">ii", obj[at : at + 8])
+            assert flags & 0xFF == 9
+            at += 8
+            if size < 0:
+                lines.append("")
+            else:
+                lines.append(obj[at : at + size].decode("utf-8", "replace"))
+                at += size
+        paragraphs, paragraph = [], []
+        for line in (line.strip() for line in lines + [""]):
+            if line:
+                paragraph.append(line)
+            elif paragraph:
+                paragraphs.append(" ".join(paragraph))
+                paragraph = []
+        text = "\n\n".join(paragraphs)
+        novels[text.split("\n", 1)[0].strip()] = text
+    return novels
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--gguf", required=True, type=pathlib.Path)
+    parser.add_argument("--text", required=True, type=pathlib.Path, help="janeaustenr's Rdata.rdb")
     parser.add_argument("--out", type=pathlib.Path, default=OUT)
     args = parser.parse_args()
     directory, name = args.gguf.parent, args.gguf.name
@@ -65,6 +122,22 @@ def main():
                 "logsumexp": torch.logsumexp(logits, dim=-1).tolist(),
             }
         )
+
+    novel = janeausten_novels(args.text)[NOVEL]
+    novel_ids = tokenizer(novel).input_ids
+    ids = novel_ids[SLICE_START : SLICE_START + SLICE_TOKENS]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0]
+    log_probs = torch.log_softmax(logits[:-1], dim=-1).gather(1, torch.tensor(ids[1:])[:, None])
+    perplexity = {
+        "source": f"janeaustenr 1.0.0 (Debian r-cran-janeaustenr 1.0.0-1), {NOVEL}, tokens "
+        f"{SLICE_START}..{SLICE_START + SLICE_TOKENS} of the text's {len(novel_ids)}",
+        "text": tokenizer.decode(ids),
+        "token_ids": ids,
+        "perplexity": float(torch.exp(-log_probs.mean())),
+        # The issue's bound: within 0.5% of transformers' perplexity.
+        "relative_tolerance": 0.005,
+    }
 
     greedy = []
     chat_ids = tokenizer.apply_chat_template(CHAT, add_generation_prompt=True, tokenize=True)
@@ -107,6 +180,7 @@ def main():
         "eos_token_id": tokenizer.eos_token_id,
         "top_k": TOP_K,
         "texts": texts,
+        "perplexity": perplexity,
         "greedy": greedy,
         # f32 through 30 layers against float64: measured differences up to 9e-5 (wgpu; see the
         # runner's max error); the tolerance leaves room for the backends' summation orders.
@@ -114,6 +188,7 @@ def main():
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(reference, indent=1) + "\n")
+    print("perplexity", perplexity["perplexity"], "of", perplexity["source"])
     for case in greedy:
         print(case["name"], repr(case["text"]), "min margin", min(case["margins"]))
     print("wrote", args.out)

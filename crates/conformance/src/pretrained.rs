@@ -4,6 +4,9 @@
 //!
 //! - every text tokenised to the reference's ids exactly, then its logits: at each position the
 //!   reference's `top_k` ids within the tolerance, and the log-sum-exp of the whole vocabulary;
+//! - the perplexity of a slice of a novel, from its ids, within the reference's relative
+//!   tolerance of transformers' (the context study's measure, [`models::try_token_log_probs`]):
+//!   in one pass, and in two chunks through the KV cache as the study reads;
 //! - the greedy continuations of a plain prompt and of a chat, the chat's prompt rendered by the
 //!   model's own template: the same tokens, up to the first step the reference calls a near tie
 //!   (its best two logits within twice the tolerance, where f32 may pick either).
@@ -11,7 +14,9 @@
 use std::path::Path;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use models::{GenerationConfig, Message, ModelInputs, Pretrained};
+use models::{
+    GenerationConfig, Message, ModelInputs, Pretrained, Transformer, try_token_log_probs,
+};
 use serde::Deserialize;
 
 use crate::run::Outcome;
@@ -28,8 +33,20 @@ struct Reference {
     eos_token_id: u32,
     top_k: usize,
     texts: Vec<Text>,
+    perplexity: Perplexity,
     greedy: Vec<Greedy>,
     tolerance: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // provenance fields, read to refuse unknown ones
+struct Perplexity {
+    source: String,
+    text: String,
+    token_ids: Vec<u32>,
+    perplexity: f64,
+    relative_tolerance: f64,
 }
 
 #[derive(Deserialize)]
@@ -148,6 +165,7 @@ fn check(reference: &Path, model: &Path, device: &Device) -> Result<f64, String>
             max_error = max_error.max(error);
         }
     }
+    check_perplexity(&pretrained.model, &reference.perplexity, device)?;
     for greedy in &reference.greedy {
         let name = &greedy.name;
         let prompt = match (&greedy.prompt, &greedy.messages) {
@@ -208,6 +226,60 @@ fn check(reference: &Path, model: &Path, device: &Device) -> Result<f64, String>
         }
     }
     Ok(max_error)
+}
+
+/// The slice's perplexity in one pass and in two chunks through the cache, each within the
+/// reference's relative tolerance.
+fn check_perplexity(
+    model: &Transformer,
+    reference: &Perplexity,
+    device: &Device,
+) -> Result<(), String> {
+    let ids = &reference.token_ids;
+    let tensor = |ids: &[u32]| {
+        Tensor::<2, Int>::from_data(
+            TensorData::new(
+                ids.iter().map(|&id| i64::from(id)).collect(),
+                [1, ids.len()],
+            ),
+            device,
+        )
+    };
+    let log_probs = |logits: Tensor<3>, targets: &[u32]| -> Result<Vec<f64>, String> {
+        let rows = targets.len();
+        let log_probs = try_token_log_probs(logits.narrow(1, 0, rows), tensor(targets))
+            .map_err(|e| format!("perplexity: {e}"))?;
+        log_probs
+            .into_data()
+            .convert::<f64>()
+            .try_into_vec::<f64>()
+            .map_err(|e| format!("perplexity: {e:?}"))
+    };
+    let whole = model
+        .try_forward(tensor(ids), ModelInputs::new())
+        .map_err(|e| format!("perplexity: {e}"))?;
+    let whole = log_probs(whole, &ids[1..])?;
+    let half = ids.len() / 2;
+    let mut caches = model.new_caches();
+    let mut chunked = Vec::with_capacity(ids.len() - 1);
+    for (start, end) in [(0, half), (half, ids.len())] {
+        let logits = model
+            .try_forward_cached(tensor(&ids[start..end]), ModelInputs::new(), &mut caches)
+            .map_err(|e| format!("perplexity: {e}"))?;
+        let targets = &ids[start + 1..(end + 1).min(ids.len())];
+        chunked.extend(log_probs(logits, targets)?);
+    }
+    for (how, log_probs) in [("one pass", whole), ("two cached chunks", chunked)] {
+        let got = models::perplexity(log_probs).ok_or("perplexity: no tokens")?;
+        let error = (got / reference.perplexity - 1.0).abs();
+        if error.is_nan() || error > reference.relative_tolerance {
+            return Err(format!(
+                "perplexity in {how}: {got}, expected {} (relative error {error:.3e} > {})",
+                reference.perplexity, reference.relative_tolerance
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn logsumexp(row: &[f64]) -> f64 {

@@ -34,6 +34,7 @@ pub mod huggingface;
 pub mod mlp;
 pub mod norm;
 mod pretrained;
+pub mod scoring;
 pub mod sentence;
 pub mod transformer;
 
@@ -47,6 +48,7 @@ pub use huggingface::{architecture, from_checkpoint, from_pretrained};
 pub use mlp::{Activation, Mlp, MlpConfig};
 pub use norm::{Norm, NormConfig, NormKind};
 pub use pretrained::Pretrained;
+pub use scoring::{perplexity, try_token_log_probs};
 pub use sentence::SentenceEmbedder;
 /// Hugging Face's tokenizers, as this crate reads `tokenizer.json`.
 pub use tokenizers;

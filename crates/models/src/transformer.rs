@@ -7,8 +7,9 @@ use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 use positional::{
-    Alibi, LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RotaryAngles,
-    RotaryEncoding, SinusoidalEncoding, SinusoidalEncodingConfig, device_ints, unallocatable,
+    Alibi, LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RopeScaling,
+    RotaryAngles, RotaryEncoding, SinusoidalEncoding, SinusoidalEncodingConfig, device_ints,
+    unallocatable,
 };
 
 use crate::block::{Block, BlockConfig, FeedForwardConfig};
@@ -384,6 +385,8 @@ enum Outputs {
     /// The last position only (`generate`, which samples from it): the final norm and the head,
     /// `[vocab, d_model]` per position, run once per row instead of once per prompt token.
     Last,
+    /// The final hidden states, the head left to the caller ([`Transformer::try_head`]).
+    Hidden,
 }
 
 /// A whole transformer: a decoder returning logits or an encoder returning hidden states.
@@ -413,6 +416,36 @@ impl Transformer {
     /// The configuration this model was built from.
     pub fn config(&self) -> &TransformerConfig {
         &self.config
+    }
+
+    /// This model with every RoPE layer's frequency scaling replaced by `scaling` (`None`: RoPE
+    /// as trained), the weights kept: a pretrained model read past its training length with
+    /// linear interpolation, dynamic NTK, YaRN, ..., as editing `rope_scaling` in its
+    /// `config.json` would. Each layer keeps its own theta and rotary width (Gemma 3's local and
+    /// global layers stay distinct), and layers with one setting share one table again.
+    pub fn try_with_rope_scaling(
+        mut self,
+        scaling: Option<RopeScaling>,
+    ) -> Result<Self, ModelError> {
+        let mut replaced = 0;
+        for (block, config) in self.blocks.iter_mut().zip(&mut self.config.blocks) {
+            let Some(rope) = &block.attention.rope else {
+                continue;
+            };
+            let rope = rope.config().clone().with_scaling(scaling.clone());
+            block.attention = block.attention.clone().try_with_rope(rope.clone())?;
+            config.attention.positional = PositionalScheme::Rope(rope);
+            replaced += 1;
+        }
+        if replaced == 0 {
+            return Err(ModelError::config(
+                "blocks",
+                self.blocks.len(),
+                "no layer uses RoPE, so there is no RoPE scaling to replace",
+            ));
+        }
+        share_rope_tables(&mut self.blocks);
+        Ok(self)
     }
 
     /// One empty cache per layer, for [`try_forward_cached`](Self::try_forward_cached).
@@ -445,6 +478,49 @@ impl Transformer {
         caches: &mut [KvCache],
     ) -> Result<Tensor<3>, ModelError> {
         self.cached(ids, inputs, caches, IdsChecked::No, Outputs::Every)
+    }
+
+    /// The final hidden states `[batch, seq, d_model]` (after the final norm) of
+    /// [`try_forward_cached`](Self::try_forward_cached)'s call, whose logits
+    /// [`try_head`](Self::try_head) gives: so that a long text is scored with one pass of the
+    /// layers and the head `[seq, vocab]` a slice of rows at a time (16,384 positions of a
+    /// 49,152-token vocabulary are 3.2 GB of logits).
+    pub fn try_hidden_cached(
+        &self,
+        ids: Tensor<2, Int>,
+        inputs: ModelInputs,
+        caches: &mut [KvCache],
+    ) -> Result<Tensor<3>, ModelError> {
+        self.cached(ids, inputs, caches, IdsChecked::No, Outputs::Hidden)
+    }
+
+    /// The logits `[batch, rows, vocab_size]` of final hidden states `[batch, rows, d_model]`
+    /// ([`try_hidden_cached`](Self::try_hidden_cached)): the LM head or the tied embedding, then
+    /// the final soft-cap. An encoder, which has no head, is an error.
+    pub fn try_head(&self, hidden: Tensor<3>) -> Result<Tensor<3>, ModelError> {
+        let [.., d_model] = hidden.dims();
+        if d_model != self.config.d_model {
+            return Err(ModelError::input(
+                "hidden.dims()",
+                hidden.dims(),
+                format!("must end in d_model ({})", self.config.d_model),
+            ));
+        }
+        let mut logits = match (self.config.head, &self.lm_head) {
+            (OutputHead::Hidden, _) => {
+                return Err(ModelError::config(
+                    "head",
+                    self.config.head,
+                    "an encoder has no head to give logits",
+                ));
+            }
+            (_, Some(head)) => head.forward(hidden),
+            (_, None) => hidden.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+        };
+        if let Some(cap) = self.config.final_softcap {
+            logits = (logits / cap).tanh() * cap;
+        }
+        Ok(logits)
     }
 
     /// `generate`'s call: [`try_forward_cached`](Self::try_forward_cached) of ids already
@@ -520,6 +596,7 @@ impl Transformer {
         let rows = match outputs {
             Outputs::Every => seq,
             Outputs::Last => 1,
+            Outputs::Hidden => 0,
         };
         for dims in [
             [batch, seq, self.config.d_model],
@@ -649,15 +726,10 @@ impl Transformer {
         if let Some(norm) = &self.final_norm {
             x = norm.forward(x);
         }
-        let mut logits = match (self.config.head, &self.lm_head) {
-            (OutputHead::Hidden, _) => return Ok(x),
-            (_, Some(head)) => head.forward(x),
-            (_, None) => x.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
-        };
-        if let Some(cap) = self.config.final_softcap {
-            logits = (logits / cap).tanh() * cap;
+        match (outputs, self.config.head) {
+            (Outputs::Hidden, _) | (_, OutputHead::Hidden) => Ok(x),
+            _ => self.try_head(x),
         }
-        Ok(logits)
     }
 }
 
@@ -992,6 +1064,108 @@ pub(crate) mod tests {
         assert_eq!([rope(0), rope(1), rope(3)], [1e4, 1e6, 1e4]);
     }
     for_each_backend!(shared_rotary_angles_equal_each_layer_s_own);
+
+    /// A model whose RoPE scaling is replaced gives the logits of the same weights in a model
+    /// built with that scaling, keeps each layer's theta, and refuses a model without RoPE.
+    fn replaced_rope_scaling_equals_a_model_built_with_it(device: &Device) {
+        let rope = |theta: f64| {
+            PositionalScheme::Rope(
+                positional::RotaryEncodingConfig::new(4)
+                    .with_theta(theta)
+                    .with_max_position_embeddings(4),
+            )
+        };
+        let model = tiny_decoder(
+            [rope(1e4), PositionalScheme::None, rope(1e2)].map(tiny_attention),
+            device,
+        );
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9, 2, 6, 5, 3]], device);
+        for scaling in [
+            RopeScaling::Linear { factor: 2.5 },
+            RopeScaling::yarn(2.5, 4),
+            RopeScaling::Dynamic {
+                factor: 2.5,
+                original_max_position_embeddings: 4,
+            },
+        ] {
+            let scaled = model
+                .clone()
+                .try_with_rope_scaling(Some(scaling.clone()))
+                .unwrap();
+            let mut config = model.config().clone();
+            for block in &mut config.blocks {
+                if let PositionalScheme::Rope(rope) = &mut block.attention.positional {
+                    rope.scaling = Some(scaling.clone());
+                }
+            }
+            assert_eq!(scaled.config().to_string(), config.to_string());
+            let built = config.init(device).load_record(model.clone().into_record());
+            let (got, want) = (
+                scaled.forward(ids.clone(), ModelInputs::new()),
+                built.forward(ids.clone(), ModelInputs::new()),
+            );
+            let want = floats(&want.into_data());
+            assert_close(&got.into_data(), &want, 1e-6);
+            let plain = floats(&model.forward(ids.clone(), ModelInputs::new()).into_data());
+            let moved = want
+                .iter()
+                .zip(&plain)
+                .map(|(w, p)| (w - p).abs())
+                .fold(0.0, f32::max);
+            assert!(moved > 1e-4, "{scaling:?} changed nothing ({moved})");
+            let theta = |i: usize| {
+                scaled.blocks[i]
+                    .attention
+                    .rope
+                    .as_ref()
+                    .unwrap()
+                    .config()
+                    .theta
+            };
+            assert_eq!([theta(0), theta(2)], [1e4, 1e2]);
+        }
+        let no_rope = tiny_decoder([tiny_attention(PositionalScheme::None)], device);
+        let error = no_rope.try_with_rope_scaling(None).unwrap_err();
+        assert!(error.to_string().contains("no layer uses RoPE"), "{error}");
+    }
+    for_each_backend!(replaced_rope_scaling_equals_a_model_built_with_it);
+
+    /// The head of the hidden states `try_hidden_cached` gives is the logits of
+    /// `try_forward_cached`, with a tied embedding and a final soft-cap too; an encoder has no
+    /// head.
+    fn head_of_hidden_states_is_the_logits(device: &Device) {
+        let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
+        let untied = tiny_decoder([tiny_attention(rope.clone())], device);
+        let mut tied = untied.config().clone();
+        tied.head = OutputHead::logits(true);
+        tied.final_softcap = Some(3.0);
+        for model in [untied, tied.init(device)] {
+            let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], device);
+            let (mut a, mut b) = (model.new_caches(), model.new_caches());
+            for range in [0..3, 3..5] {
+                let ids = ids.clone().narrow(1, range.start, range.len());
+                let logits = model
+                    .try_forward_cached(ids.clone(), ModelInputs::new(), &mut a)
+                    .unwrap();
+                let hidden = model
+                    .try_hidden_cached(ids, ModelInputs::new(), &mut b)
+                    .unwrap();
+                assert_eq!(hidden.dims(), [2, range.len(), 8]);
+                let head = model.try_head(hidden).unwrap();
+                assert_close(&head.into_data(), &floats(&logits.into_data()), 1e-6);
+            }
+        }
+        let mut encoder = tiny_decoder([tiny_attention(rope)], device)
+            .config()
+            .clone();
+        encoder.head = OutputHead::Hidden;
+        let error = encoder
+            .init(device)
+            .try_head(Tensor::zeros([1, 2, 8], device))
+            .unwrap_err();
+        assert!(error.to_string().contains("no head"), "{error}");
+    }
+    for_each_backend!(head_of_hidden_states_is_the_logits);
 
     /// The ALiBi bias a model computes once per setting at explicit positions gives what each
     /// layer computes for itself: two settings (two `max_bias`) and a windowed layer, which

@@ -3,7 +3,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
 use positional::testing::{assert_close, floats};
 use positional::{
-    MultiAxisMode, MultiAxisRopeConfig, RopeLayout, RotaryEncodingConfig, XposConfig,
+    MultiAxisMode, MultiAxisRopeConfig, RopeLayout, RopeScaling, RotaryEncodingConfig, XposConfig,
     for_each_backend,
 };
 use proptest::prelude::*;
@@ -829,3 +829,42 @@ fn multi_axis_positions_reach_the_rotation(device: &Device) {
     assert!(error.to_string().contains("multi-axis"), "{error}");
 }
 for_each_backend!(multi_axis_positions_reach_the_rotation);
+
+/// A layer whose RoPE is replaced computes what a layer built with the new RoPE computes from
+/// the same weights; a layer without RoPE, or a RoPE of another head size, is refused.
+fn replaced_rope_equals_a_layer_built_with_it(device: &Device) {
+    let config = MultiHeadAttentionConfig::new(16, 2)
+        .with_causal(true)
+        .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(8)));
+    let module = config.init(device);
+    let scaled = RotaryEncodingConfig::new(8)
+        .with_theta(500.0)
+        .with_scaling(Some(RopeScaling::Linear { factor: 3.0 }));
+    let replaced = module.clone().try_with_rope(scaled.clone()).unwrap();
+    let built = config
+        .clone()
+        .with_positional(PositionalScheme::Rope(scaled))
+        .init(device)
+        .load_record(module.clone().into_record());
+    assert_eq!(
+        format!("{:?}", replaced.config().positional),
+        format!("{:?}", built.config().positional)
+    );
+    let x = random([1, 6, 16], device);
+    let want = floats(&built.forward(x.clone(), None).into_data());
+    assert_close(&replaced.forward(x, None).into_data(), &want, 1e-6);
+
+    let error = module
+        .clone()
+        .try_with_rope(RotaryEncodingConfig::new(4))
+        .unwrap_err();
+    assert!(error.to_string().contains("positional.head_dim"), "{error}");
+    let alibi = config
+        .with_positional(PositionalScheme::Alibi { max_bias: 8.0 })
+        .init(device);
+    let error = alibi
+        .try_with_rope(RotaryEncodingConfig::new(8))
+        .unwrap_err();
+    assert!(error.to_string().contains("must be RoPE"), "{error}");
+}
+for_each_backend!(replaced_rope_equals_a_layer_built_with_it);
