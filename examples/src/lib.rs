@@ -22,3 +22,11 @@ pub mod report;
 pub mod tasks;
 pub mod texts;
 pub mod training;
+
+/// The process's peak resident memory in MiB (Linux's `VmHWM`), `None` where it cannot be read.
+pub fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}

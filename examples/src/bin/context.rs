@@ -169,7 +169,7 @@ fn main() -> anyhow::Result<()> {
         settings,
         results,
         total_seconds: started.elapsed().as_secs_f64(),
-        peak_rss_mb: peak_rss_mb(),
+        peak_rss_mb: examples::peak_rss_mb(),
     };
     print!("{}", report.table());
     report.write(&args.out)?;
@@ -180,12 +180,4 @@ fn main() -> anyhow::Result<()> {
         report.peak_rss_mb.unwrap_or(f64::NAN)
     );
     Ok(())
-}
-
-/// The process's peak resident memory in MiB (Linux's `VmHWM`), `None` where it cannot be read.
-fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }

@@ -135,7 +135,7 @@ fn main() -> anyhow::Result<()> {
             "prefill_s": reply.prefill.as_secs_f64(),
             "decode_s": reply.decode.as_secs_f64(),
             "tokens_per_s": reply.tokens_per_s(),
-            "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_mb": examples::peak_rss_mb(),
         });
         println!("{json}");
     } else {
@@ -143,14 +143,6 @@ fn main() -> anyhow::Result<()> {
         reply.report(prompt.len());
     }
     Ok(())
-}
-
-/// The process's peak resident memory in MiB (Linux's `VmHWM`), `None` where it cannot be read.
-fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 /// The model, the generation settings and the conversation so far.
