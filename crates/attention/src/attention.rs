@@ -71,29 +71,43 @@ pub struct LinearWeights {
     pub bias: Option<Tensor<1>>,
 }
 
-/// RMSNorm over the last axis, `x / sqrt(mean(x^2) + eps) * w` (or `* (1 + w)`): QK-norm, applied
-/// to each head's `head_dim` features.
+/// RMSNorm of queries or keys, `x / sqrt(mean(x^2) + eps) * w` (or `* (1 + w)`): QK-norm, over
+/// each head's `head_dim` features, or over all heads' together (OLMo's whole-projection norm).
 #[derive(Module, Debug)]
 pub struct HeadNorm {
-    /// `[head_dim]`: `q_norm.weight` / `k_norm.weight` in Qwen3 and Gemma 3 checkpoints.
+    /// `[head_dim]` (`q_norm.weight` / `k_norm.weight` in Qwen3 and Gemma 3 checkpoints), or
+    /// `[heads * head_dim]` across heads (OLMo 2 and 3).
     pub weight: Param<Tensor<1>>,
     #[module(skip)]
     eps: f64,
     #[module(skip)]
     unit_offset: bool,
+    #[module(skip)]
+    across_heads: bool,
 }
 
 impl HeadNorm {
-    /// A norm whose weight leaves the input as it is (1, or 0 with the `1 + w` form).
-    pub(crate) fn new(head_dim: usize, config: &QkNormConfig, device: &Device) -> Self {
+    /// A norm for `heads` heads of `head_dim` whose weight leaves the input as it is (1, or 0
+    /// with the `1 + w` form).
+    pub(crate) fn new(
+        heads: usize,
+        head_dim: usize,
+        config: &QkNormConfig,
+        device: &Device,
+    ) -> Self {
+        let len = match config.across_heads {
+            true => heads * head_dim,
+            false => head_dim,
+        };
         let weight = match config.unit_offset {
-            true => Tensor::zeros([head_dim], device),
-            false => Tensor::ones([head_dim], device),
+            true => Tensor::zeros([len], device),
+            false => Tensor::ones([len], device),
         };
         Self {
             weight: Param::from_tensor(weight),
             eps: config.eps,
             unit_offset: config.unit_offset,
+            across_heads: config.across_heads,
         }
     }
 
@@ -101,10 +115,19 @@ impl HeadNorm {
     /// - `x`: `[batch, heads, seq, head_dim]`
     /// - output: the same
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let head_dim = self.weight.dims()[0];
+        let [_, heads, _, head_dim] = x.dims();
         let mean_square = x.clone().powi_scalar(2).mean_dim(3);
+        // Every head has `head_dim` features, so the mean over all of them is the mean of the
+        // heads' means.
+        let mean_square = match self.across_heads {
+            true => mean_square.mean_dim(1),
+            false => mean_square,
+        };
         let normed = x * (mean_square + self.eps).sqrt().recip();
-        let weight = self.weight.val().reshape([1, 1, 1, head_dim]);
+        let weight = match self.across_heads {
+            true => self.weight.val().reshape([1, heads, 1, head_dim]),
+            false => self.weight.val().reshape([1, 1, 1, head_dim]),
+        };
         match self.unit_offset {
             true => normed * (weight + 1.0),
             false => normed * weight,

@@ -56,8 +56,9 @@ pub enum PositionalScheme {
     },
 }
 
-/// RMSNorm over each head's features of the queries and keys, before RoPE (QK-norm: Qwen3,
-/// Gemma 3, OLMo 2's per-head form): `x / sqrt(mean(x^2) + eps) * w`, or `* (1 + w)`.
+/// RMSNorm of the queries and keys before RoPE (QK-norm): `x / sqrt(mean(x^2) + eps) * w`, or
+/// `* (1 + w)`, over each head's features (Qwen3, Gemma 3) or over the whole projection, every
+/// head's features at once (OLMo 2 and 3).
 #[derive(Config, Debug, PartialEq)]
 pub struct QkNormConfig {
     /// Added to the mean square (`rms_norm_eps`).
@@ -66,6 +67,12 @@ pub struct QkNormConfig {
     /// (Qwen3). Defaults to false.
     #[config(default = false)]
     pub unit_offset: bool,
+    /// Whether the mean square runs over every head's features together (OLMo 2 and 3's norm of
+    /// the whole `q_proj` / `k_proj` output, weights `[n_heads * head_dim]` and
+    /// `[n_kv_heads * head_dim]`) instead of each head's own (weights `[head_dim]`). Defaults to
+    /// false.
+    #[config(default = false)]
+    pub across_heads: bool,
 }
 
 /// Configuration of [`MultiHeadAttention`].
@@ -326,14 +333,15 @@ impl MultiHeadAttentionConfig {
             }
             PositionalScheme::Relative(config) => relative = Some(config.try_init(device)?),
         }
-        let head_norm = |norm: &QkNormConfig| HeadNorm::new(head_dim, norm, device);
+        let head_norm =
+            |norm: &QkNormConfig, heads: usize| HeadNorm::new(heads, head_dim, norm, device);
         Ok(MultiHeadAttention {
             query: linear(self.d_model, q_width, self.query_bias),
             key: linear(self.d_model, kv_width, self.key_bias),
             value: linear(self.d_model, kv_width, self.value_bias),
             output: linear(q_width, self.d_model, self.output_bias),
-            query_norm: self.qk_norm.as_ref().map(head_norm),
-            key_norm: self.qk_norm.as_ref().map(head_norm),
+            query_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.n_heads)),
+            key_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.kv_heads())),
             sinks: self
                 .sinks
                 .then(|| Param::from_tensor(Tensor::zeros([self.n_heads], device))),

@@ -1,10 +1,14 @@
-//! Whole transformer models of 14 Hugging Face families, built only from this workspace's
+//! Whole transformer models of 18 Hugging Face families, built only from this workspace's
 //! `positional` and `attention` crates and Burn's own modules, loaded from `config.json` and
 //! `model.safetensors` as the Hub holds them, and checked against transformers' float64 outputs.
 //!
 //! | family (`model_type`) | shape | why it looks this way |
 //! |---|---|---|
 //! | `llama`, `mistral`, `qwen2`, `qwen3`, `phi3` | pre-norm decoder, RMSNorm, SwiGLU | Llama's lineage: each a variant of Llama in its own file; Phi-3 fuses gate and up |
+//! | `smollm3` | Llama with NoPE layers (`no_rope_layers`) | SmolLM3's model card |
+//! | `olmo3` | norms after each branch only, QK-norm over the whole projection, RoPE per layer type | OLMo 2 and 3 |
+//! | `glm4` | four norms per layer, partial RoPE on adjacent pairs, fused gate and up | GLM-4 |
+//! | `cohere2` | parallel attention and MLP from one LayerNorm, RoPE on sliding layers only, logit scale | Command R7B |
 //! | `gemma2`, `gemma3_text` | pre-norm and post-norm of each branch, `1 + w` norms, GeGLU, scaled and tied embeddings, final soft-cap | Gemma's model cards |
 //! | `gpt_oss` | pre-norm decoder with routed experts ([`experts`]) | gpt-oss model card |
 //! | `gpt_neox` | parallel residual | GPT-NeoX / GPT-J |

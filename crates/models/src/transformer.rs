@@ -130,6 +130,9 @@ pub struct TransformerConfig {
     /// The norm after the last block (every family but BERT).
     #[config(default = "None")]
     pub final_norm: Option<NormConfig>,
+    /// Logits are multiplied by this (Cohere's `logit_scale`), before any soft-cap.
+    #[config(default = "None")]
+    pub logit_scale: Option<f64>,
     /// `tanh(logits / c) * c` (Gemma 2's `final_logit_softcapping`).
     #[config(default = "None")]
     pub final_softcap: Option<f64>,
@@ -173,6 +176,7 @@ impl TransformerConfig {
         for (field, value) in [
             ("final_logit_softcapping", self.final_softcap),
             ("embedding_scale", self.embedding_scale),
+            ("logit_scale", self.logit_scale),
         ] {
             if let Some(value) = value
                 && !positional::is_normal_f32(value)
@@ -496,7 +500,7 @@ impl Transformer {
 
     /// The logits `[batch, rows, vocab_size]` of final hidden states `[batch, rows, d_model]`
     /// ([`try_hidden_cached`](Self::try_hidden_cached)): the LM head or the tied embedding, then
-    /// the final soft-cap. An encoder, which has no head, is an error.
+    /// the logit scale and the final soft-cap. An encoder, which has no head, is an error.
     pub fn try_head(&self, hidden: Tensor<3>) -> Result<Tensor<3>, ModelError> {
         let [.., d_model] = hidden.dims();
         if d_model != self.config.d_model {
@@ -517,6 +521,9 @@ impl Transformer {
             (_, Some(head)) => head.forward(hidden),
             (_, None) => hidden.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
         };
+        if let Some(scale) = self.config.logit_scale {
+            logits = logits * scale;
+        }
         if let Some(cap) = self.config.final_softcap {
             logits = (logits / cap).tanh() * cap;
         }
@@ -1131,14 +1138,15 @@ pub(crate) mod tests {
     for_each_backend!(replaced_rope_scaling_equals_a_model_built_with_it);
 
     /// The head of the hidden states `try_hidden_cached` gives is the logits of
-    /// `try_forward_cached`, with a tied embedding and a final soft-cap too; an encoder has no
-    /// head.
+    /// `try_forward_cached`, with a tied embedding, a logit scale and a final soft-cap too; an
+    /// encoder has no head.
     fn head_of_hidden_states_is_the_logits(device: &Device) {
         let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
         let untied = tiny_decoder([tiny_attention(rope.clone())], device);
         let mut tied = untied.config().clone();
         tied.head = OutputHead::logits(true);
         tied.final_softcap = Some(3.0);
+        tied.logit_scale = Some(0.25);
         for model in [untied, tied.init(device)] {
             let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], device);
             let (mut a, mut b) = (model.new_caches(), model.new_caches());

@@ -27,13 +27,13 @@ use serde_json::{Map, Value, json};
 mod common;
 use common::{checkpoint, read_safetensors, write_safetensors};
 
-const FAMILIES: [&str; 14] = [
-    "bert", "bloom", "gemma2", "gemma3", "gpt2", "gpt_neox", "gpt_oss", "llama3", "mistral", "mpt",
-    "phi3", "qwen2", "qwen3", "t5",
+const FAMILIES: [&str; 18] = [
+    "bert", "bloom", "cohere2", "gemma2", "gemma3", "glm4", "gpt2", "gpt_neox", "gpt_oss",
+    "llama3", "mistral", "mpt", "olmo3", "phi3", "qwen2", "qwen3", "smollm3", "t5",
 ];
 
 /// Fields some family reads that a reference config may lack, to add.
-const EXTRA_FIELDS: [&str; 26] = [
+const EXTRA_FIELDS: [&str; 30] = [
     "sliding_window",
     "layer_types",
     "head_dim",
@@ -60,6 +60,10 @@ const EXTRA_FIELDS: [&str; 26] = [
     "no_bias",
     "attn_config",
     "use_bidirectional_attention",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "logit_scale",
+    "sliding_window_pattern",
 ];
 
 fn cases() -> ProptestConfig {

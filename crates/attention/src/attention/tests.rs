@@ -502,14 +502,26 @@ fn reference_attention(
         project(&module.value, kv_heads),
     );
     if let (Some(qn), Some(kn)) = (&module.query_norm, &module.key_norm) {
-        let rms = |t: Tensor<4>, w: Tensor<1>, offset: bool| {
-            let w = if offset { w + 1.0 } else { w }.reshape([1, 1, 1, head_dim]);
-            let eps = config.qk_norm.as_ref().unwrap().eps;
-            t.clone() / (t.powi_scalar(2).mean_dim(3) + eps).sqrt() * w
+        let norm = config.qk_norm.as_ref().unwrap();
+        // Over the last axis of `[batch, seq, features]`: a head's, or (across heads) the whole
+        // projection's, as transformers applies it before splitting the heads.
+        let rms = |t: Tensor<4>, w: Tensor<1>| {
+            let heads = t.dims()[1];
+            let width = match norm.across_heads {
+                true => heads * head_dim,
+                false => head_dim,
+            };
+            let rows = t
+                .swap_dims(1, 2)
+                .reshape([batch, seq * heads * head_dim / width, width]);
+            let w = if norm.unit_offset { w + 1.0 } else { w }.reshape([1, 1, width]);
+            let normed = rows.clone() / (rows.powi_scalar(2).mean_dim(2) + norm.eps).sqrt() * w;
+            normed
+                .reshape([batch, seq, heads, head_dim])
+                .swap_dims(1, 2)
         };
-        let offset = config.qk_norm.as_ref().unwrap().unit_offset;
-        q = rms(q, qn.weight.val(), offset);
-        k = rms(k, kn.weight.val(), offset);
+        q = rms(q, qn.weight.val());
+        k = rms(k, kn.weight.val());
     }
     let positions = positions.unwrap_or_else(|| {
         Tensor::<1, Int>::arange(0..seq as i64, &device)
@@ -575,7 +587,7 @@ fn reference_attention(
 }
 
 /// Each option of the real model families, alone and together, against the reference above:
-/// decoupled head width, per-projection biases, a custom scale, soft-capping, QK-norm in both
+/// decoupled head width, per-projection biases, a custom scale, soft-capping, QK-norm in its three
 /// forms, sliding windows, sinks, and per-token positions with padding.
 fn every_option_equals_the_reference(device: &Device) {
     let rope = |head_dim| PositionalScheme::Rope(RotaryEncodingConfig::new(head_dim));
@@ -607,6 +619,10 @@ fn every_option_equals_the_reference(device: &Device) {
         (
             "QK-norm with 1 + w",
             base().with_qk_norm(Some(QkNormConfig::new(1e-6).with_unit_offset(true))),
+        ),
+        (
+            "QK-norm over the whole projection",
+            base().with_qk_norm(Some(QkNormConfig::new(1e-6).with_across_heads(true))),
         ),
         ("sliding window", base().with_sliding_window(Some(3))),
         ("sinks", base().with_sinks(true).with_biases(true)),
@@ -655,7 +671,7 @@ fn every_option_equals_the_reference(device: &Device) {
             .into_iter()
             .flatten()
         {
-            norm.weight = Param::from_tensor(random([8], device));
+            norm.weight = Param::from_tensor(random(norm.weight.dims(), device));
         }
         if let Some(sinks) = &mut module.sinks {
             *sinks = Param::from_tensor(random([4], device));

@@ -139,8 +139,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             sinks: None,
             relative_bias: None,
         },
-        attention_norm: "attention.output.LayerNorm",
-        feed_forward_norm: "output.LayerNorm",
+        attention_norm: Some("attention.output.LayerNorm"),
+        feed_forward_norm: Some("output.LayerNorm"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: MlpNames::Separate {

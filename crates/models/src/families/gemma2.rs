@@ -65,7 +65,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
 
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
     Ok(TensorNames {
-        feed_forward_norm: "pre_feedforward_layernorm",
+        feed_forward_norm: Some("pre_feedforward_layernorm"),
         post_attention_norm: Some("post_attention_layernorm"),
         post_feed_forward_norm: Some("post_feedforward_layernorm"),
         ..llama::names(file)?

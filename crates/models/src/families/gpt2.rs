@@ -122,8 +122,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             sinks: None,
             relative_bias: None,
         },
-        attention_norm: "ln_1",
-        feed_forward_norm: "ln_2",
+        attention_norm: Some("ln_1"),
+        feed_forward_norm: Some("ln_2"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: MlpNames::Conv1D {

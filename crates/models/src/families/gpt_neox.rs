@@ -85,8 +85,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             FusedOrder::PerHead,
             "dense",
         ),
-        attention_norm: "input_layernorm",
-        feed_forward_norm: "post_attention_layernorm",
+        attention_norm: Some("input_layernorm"),
+        feed_forward_norm: Some("post_attention_layernorm"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: MlpNames::Separate {

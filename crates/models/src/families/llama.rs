@@ -11,7 +11,9 @@ use serde::Deserialize;
 use super::{default, per_layer, refuse};
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
 use crate::error::ModelError;
-use crate::huggingface::{AttentionNames, HuggingFaceConfig, MlpNames, TensorNames, rope_configs};
+use crate::huggingface::{
+    AttentionNames, HuggingFaceConfig, MlpNames, TensorNames, rope_configs_of_types,
+};
 use crate::mlp::{Activation, MlpConfig};
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::{OutputHead, PositionIds, TransformerConfig};
@@ -62,6 +64,8 @@ fn silu() -> String {
 #[derive(Debug, Clone)]
 pub(super) struct Llama {
     pub config: LlamaConfig,
+    /// Each layer's type: `layer_types`, or the family's default.
+    pub layer_types: Vec<String>,
     /// One per layer: RoPE of its layer type, its window if it slides.
     pub attention: Vec<MultiHeadAttentionConfig>,
     pub norm: NormConfig,
@@ -69,11 +73,21 @@ pub(super) struct Llama {
     pub layout: BlockLayout,
     pub tied: bool,
     pub embedding_scale: Option<f64>,
+    pub logit_scale: Option<f64>,
     pub final_softcap: Option<f64>,
 }
 
 impl Llama {
     pub fn read(file: &HuggingFaceConfig) -> Result<Self, ModelError> {
+        Self::read_with_default_types(file, |_, _| "full_attention")
+    }
+
+    /// [`read`](Self::read) for a family whose config without `layer_types` has other layer
+    /// types than all `full_attention`: `default_type(layer, layers)` is layer `layer`'s.
+    pub fn read_with_default_types(
+        file: &HuggingFaceConfig,
+        default_type: impl Fn(usize, usize) -> &'static str,
+    ) -> Result<Self, ModelError> {
         let config: LlamaConfig = file.parse()?;
         refuse(
             "pretraining_tp",
@@ -99,13 +113,16 @@ impl Llama {
                 format!("must name one type per layer (num_hidden_layers = {layers})"),
             ));
         }
-        let rope = rope_configs(file)?;
+        let layer_types: Vec<String> = match &config.layer_types {
+            Some(types) => types.clone(),
+            None => (0..layers)
+                .map(|layer| default_type(layer, layers).to_owned())
+                .collect(),
+        };
+        let rope = rope_configs_of_types(file, Some(&layer_types))?;
         let d_model = config.hidden_size;
         let attention = per_layer(layers, |layer| {
-            let layer_type = config
-                .layer_types
-                .as_ref()
-                .map_or("full_attention", |types| types[layer].as_str());
+            let layer_type = layer_types[layer].as_str();
             let window = match layer_type {
                 "full_attention" => None,
                 "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
@@ -150,11 +167,13 @@ impl Llama {
         .with_bias(config.mlp_bias);
         Ok(Self {
             attention,
+            layer_types,
             norm: NormConfig::new(d_model, NormKind::Rms, config.rms_norm_eps),
             feed_forward: FeedForwardConfig::Dense(mlp),
             layout: BlockLayout::PreNorm,
             tied: config.tie_word_embeddings,
             embedding_scale: None,
+            logit_scale: None,
             final_softcap: None,
             config,
         })
@@ -200,6 +219,7 @@ impl Llama {
             .with_head(OutputHead::logits(self.tied))
             .with_embedding_scale(self.embedding_scale)
             .with_final_norm(Some(self.norm))
+            .with_logit_scale(self.logit_scale)
             .with_final_softcap(self.final_softcap)
             .with_positions(PositionIds::FromMask)
     }
@@ -219,8 +239,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         embedding_norm: None,
         layer: "layers.{layer}.",
         attention: AttentionNames::separate("self_attn.", ["q_proj", "k_proj", "v_proj", "o_proj"]),
-        attention_norm: "input_layernorm",
-        feed_forward_norm: "post_attention_layernorm",
+        attention_norm: Some("input_layernorm"),
+        feed_forward_norm: Some("post_attention_layernorm"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: MlpNames::Separate {

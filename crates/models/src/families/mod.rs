@@ -2,23 +2,28 @@
 //! explicit; a value that changes the computation and is not implemented is an error naming the
 //! field), its tensor-name table, and its translation to a [`TransformerConfig`]. A variant
 //! derives from its parent and states only what differs, as transformers' modular files do:
-//! Qwen3 is Llama with QK-norm, Mistral Llama with a window on every layer.
+//! Qwen3 is Llama with QK-norm, Mistral Llama with a window on every layer, SmolLM3 Llama with
+//! NoPE layers.
 //!
 //! docs/design.md ("Adding a family") walks through one.
 
 mod bert;
 mod bloom;
+mod cohere2;
 mod gemma2;
 mod gemma3;
+mod glm4;
 mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
 mod llama;
 mod mistral;
 mod mpt;
+mod olmo3;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod smollm3;
 mod t5;
 
 use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
@@ -51,7 +56,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 15] = [
+const FAMILIES: [Entry; 19] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -62,6 +67,10 @@ const FAMILIES: [Entry; 15] = [
     // A multimodal Gemma 3's `config.json` whose text settings sit at the top level.
     entry("gemma3", gemma3::names, gemma3::architecture),
     entry("gpt_oss", gpt_oss::names, gpt_oss::architecture),
+    entry("smollm3", smollm3::names, smollm3::architecture),
+    entry("olmo3", olmo3::names, olmo3::architecture),
+    entry("glm4", glm4::names, glm4::architecture),
+    entry("cohere2", cohere2::names, cohere2::architecture),
     entry("gpt_neox", gpt_neox::names, gpt_neox::architecture),
     entry("gpt2", gpt2::names, gpt2::architecture),
     entry("bloom", bloom::names, bloom::architecture),

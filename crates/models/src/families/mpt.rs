@@ -152,8 +152,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         embedding_norm: None,
         layer: "blocks.{layer}.",
         attention: AttentionNames::fused("attn.", "Wqkv", FusedOrder::Concatenated, "out_proj"),
-        attention_norm: "norm_1",
-        feed_forward_norm: "norm_2",
+        attention_norm: Some("norm_1"),
+        feed_forward_norm: Some("norm_2"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: MlpNames::Separate {

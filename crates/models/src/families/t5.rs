@@ -127,8 +127,8 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
             relative_bias: Some(format!("{attention}relative_attention_bias.weight")),
             ..AttentionNames::separate(attention, ["q", "k", "v", "o"])
         },
-        attention_norm: "layer.0.layer_norm",
-        feed_forward_norm: "layer.1.layer_norm",
+        attention_norm: Some("layer.0.layer_norm"),
+        feed_forward_norm: Some("layer.1.layer_norm"),
         post_attention_norm: None,
         post_feed_forward_norm: None,
         mlp: match gated {

@@ -216,10 +216,31 @@ impl<'a> Loader<'a> {
                 name.map(|name| loader.norm(&at(name), &block.norm))
                     .transpose()
             };
-            let attention_norm = self.norm(&at(names.attention_norm), &block.norm)?;
-            let feed_forward_norm = self.norm(&at(names.feed_forward_norm), &block.norm)?;
-            let post_attention_norm = norm(&mut self, names.post_attention_norm)?;
-            let post_feed_forward_norm = norm(&mut self, names.post_feed_forward_norm)?;
+            let layer_norms = [
+                names.attention_norm,
+                names.feed_forward_norm,
+                names.post_attention_norm,
+                names.post_feed_forward_norm,
+            ];
+            if layer_norms.map(|name| name.is_some()) != block.layout.norms() {
+                return Err(ModelError::config(
+                    "model_type",
+                    model_type,
+                    format!(
+                        "names norms that its layout ({:?}) does not have",
+                        block.layout
+                    ),
+                ));
+            }
+            let [
+                attention_norm,
+                feed_forward_norm,
+                post_attention_norm,
+                post_feed_forward_norm,
+            ] = layer_norms.map(|name| norm(&mut self, name));
+            let (attention_norm, feed_forward_norm) = (attention_norm?, feed_forward_norm?);
+            let (post_attention_norm, post_feed_forward_norm) =
+                (post_attention_norm?, post_feed_forward_norm?);
             let feed_forward = match (names.mlp, &block.feed_forward) {
                 (MlpNames::Experts { prefix }, FeedForwardConfig::Experts(experts)) => {
                     let at = |name: &str| format!("{}{prefix}{name}", at(""));
@@ -436,8 +457,10 @@ pub fn load_layer_with(
     if let Some((query_norm, key_norm)) = &names.qk_norm
         && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
     {
-        q.weight = head_weight(checkpoint, &at(query_norm), head_dim, device)?;
-        k.weight = head_weight(checkpoint, &at(key_norm), head_dim, device)?;
+        // `[head_dim]`, or the whole projection's width when the norm runs across heads.
+        let (q_len, k_len) = (q.weight.dims()[0], k.weight.dims()[0]);
+        q.weight = head_weight(checkpoint, &at(query_norm), q_len, device)?;
+        k.weight = head_weight(checkpoint, &at(key_norm), k_len, device)?;
     }
     if let (Some(name), Some(sinks)) = (&names.sinks, &mut attention.sinks) {
         *sinks = head_weight(checkpoint, &at(name), n_heads, device)?;

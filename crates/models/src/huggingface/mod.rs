@@ -28,6 +28,7 @@ pub use import::load_attention_safetensors;
 pub use load::load_layer_with;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
 pub(crate) use names::{MlpNames, TensorNames};
+pub(crate) use rope::rope_configs_of_types;
 pub use rope::{multi_axis_rope_config, rope_config, rope_configs, rope_scaling};
 
 use std::path::Path;

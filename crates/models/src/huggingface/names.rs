@@ -22,8 +22,8 @@ pub(crate) struct TensorNames {
     /// A layer's prefix, `{layer}` standing for its index (`layers.{layer}.`).
     pub layer: &'static str,
     pub attention: AttentionNames,
-    pub attention_norm: &'static str,
-    pub feed_forward_norm: &'static str,
+    pub attention_norm: Option<&'static str>,
+    pub feed_forward_norm: Option<&'static str>,
     pub post_attention_norm: Option<&'static str>,
     pub post_feed_forward_norm: Option<&'static str>,
     pub mlp: MlpNames,

@@ -132,8 +132,17 @@ pub fn rope_config(config: &HuggingFaceConfig) -> Result<RotaryEncodingConfig, M
 pub fn rope_configs(
     config: &HuggingFaceConfig,
 ) -> Result<BTreeMap<String, RotaryEncodingConfig>, ModelError> {
+    rope_configs_of_types(config, None)
+}
+
+/// [`rope_configs`] for the layer types a family resolved (`Some`: its default when the config
+/// has no `layer_types`, as Cohere 2's and OLMo 3's) or the config's own (`None`).
+pub(crate) fn rope_configs_of_types(
+    config: &HuggingFaceConfig,
+    layer_types: Option<&[String]>,
+) -> Result<BTreeMap<String, RotaryEncodingConfig>, ModelError> {
     let fields: RopeFields = config.parse()?;
-    let layer_types = distinct_layer_types(&fields)?;
+    let layer_types = distinct_layer_types(layer_types.or(fields.layer_types.as_deref()))?;
     let mut configs = BTreeMap::new();
     match rope_params(&fields)? {
         RopeParams::Shared(params) => {
@@ -442,8 +451,8 @@ fn params_key(fields: &RopeFields) -> &'static str {
 }
 
 /// The distinct names of `layer_types`, or `["full_attention"]` without it.
-fn distinct_layer_types(fields: &RopeFields) -> Result<Vec<String>, ModelError> {
-    let Some(names) = &fields.layer_types else {
+fn distinct_layer_types(names: Option<&[String]>) -> Result<Vec<String>, ModelError> {
+    let Some(names) = names else {
         return Ok(vec!["full_attention".to_owned()]);
     };
     if names.is_empty() {

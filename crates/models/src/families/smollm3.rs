@@ -1,0 +1,93 @@
+//! SmolLM3 (Hugging Face, 2025) = Llama + NoPE layers: `no_rope_layers[i]` is 1 where layer `i`
+//! turns queries and keys by RoPE and 0 where it has no position encoding at all (NoPE,
+//! Kazemnejad et al., 2023); without the list, every `no_rope_layer_interval`-th layer is NoPE.
+//! Embeddings are tied unless the config says otherwise.
+
+use attention::PositionalScheme;
+use serde::Deserialize;
+
+use crate::error::ModelError;
+use crate::huggingface::{HuggingFaceConfig, TensorNames};
+use crate::transformer::TransformerConfig;
+
+use super::llama::{self, Llama};
+use super::{default, per_layer};
+
+/// What `SmolLM3Config` adds to (or sets otherwise than) Llama's.
+#[derive(Deserialize)]
+struct SmolLm3Config {
+    num_hidden_layers: usize,
+    /// One per layer: 1 keeps RoPE, 0 drops it.
+    no_rope_layers: Option<Vec<u64>>,
+    #[serde(default = "four")]
+    no_rope_layer_interval: usize,
+    #[serde(default)]
+    use_sliding_window: bool,
+    sliding_window: Option<usize>,
+    #[serde(default = "default::yes")]
+    tie_word_embeddings: bool,
+}
+
+fn four() -> usize {
+    4
+}
+
+/// Whether each layer keeps RoPE, as `SmolLM3Config` resolves it.
+fn rope_layers(config: &SmolLm3Config) -> Result<Vec<bool>, ModelError> {
+    let layers = config.num_hidden_layers;
+    match &config.no_rope_layers {
+        Some(flags) => {
+            if flags.len() != layers {
+                return Err(ModelError::config(
+                    "no_rope_layers",
+                    flags,
+                    format!("must hold one flag per layer (num_hidden_layers = {layers})"),
+                ));
+            }
+            per_layer(layers, |layer| match flags[layer] {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(ModelError::config(
+                    format!("no_rope_layers[{layer}]"),
+                    other,
+                    "must be 1 (RoPE) or 0 (no position encoding)",
+                )),
+            })
+        }
+        None => {
+            let interval = config.no_rope_layer_interval;
+            if interval == 0 {
+                return Err(ModelError::config(
+                    "no_rope_layer_interval",
+                    0,
+                    "must be at least 1",
+                ));
+            }
+            per_layer(layers, |layer| Ok((layer + 1) % interval != 0))
+        }
+    }
+}
+
+pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    let smol: SmolLm3Config = file.parse()?;
+    let rope = rope_layers(&smol)?;
+    // transformers' default layer types: a window on the NoPE layers, when the config asks for
+    // one.
+    let slides = smol.use_sliding_window && smol.sliding_window.is_some();
+    let mut llama =
+        Llama::read_with_default_types(file, |layer, _| match slides && !rope[layer] {
+            true => "sliding_attention",
+            false => "full_attention",
+        })?;
+    llama.tied = smol.tie_word_embeddings;
+    Ok(llama
+        .map_attention(|layer, attention| match rope[layer] {
+            true => attention,
+            false => attention.with_positional(PositionalScheme::None),
+        })
+        .architecture())
+}
+
+pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    llama::names(file)
+}
