@@ -9,7 +9,7 @@ use burn::nn::{Dropout, Linear};
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use positional::{
     Alibi, MultiAxisRope, Positions, RelativePositionBias, RotaryAngles, RotaryEncoding,
     RotaryEncodingConfig, Xpos, unallocatable,
@@ -584,6 +584,17 @@ impl MultiHeadAttention {
             }
         }
         let (q, k) = self.rotate(q, k, rotary_angles, &positions, axis_positions, past)?;
+        let q = match &self.config.temperature_tuning {
+            Some(tuning) => {
+                let scales: Vec<f32> = (past..past + seq)
+                    .map(|index| tuning.scale(index) as f32)
+                    .collect();
+                let scales =
+                    Tensor::<4>::from_data(TensorData::new(scales, [1, 1, seq, 1]), &device);
+                q.clone() * scales.cast(q.dtype())
+            }
+            None => q,
+        };
         let keys = match cache {
             Some(cache) => cache.append(
                 k,
@@ -653,8 +664,11 @@ impl MultiHeadAttention {
             .config
             .sliding_window
             .is_some_and(|window| past + q_len > keys.first_index + window);
-        // No bias but ALiBi at token indices, which the fused paths compute themselves.
-        let index_biases_only = self.relative.is_none()
+        // No bias but ALiBi at token indices, which the fused paths compute themselves. Chunks
+        // compare the positions of queries and keys, which only the explicit path reads (the
+        // other paths count token indices); it masks the scores outside each query's chunk.
+        let index_biases_only = self.config.chunk.is_none()
+            && self.relative.is_none()
             && self.relative_xl.is_none()
             && bias.is_none()
             && !(self.alibi.is_some() && explicit_positions);
@@ -792,6 +806,22 @@ impl MultiHeadAttention {
                 key_padding.clone(),
                 &device,
             );
+            let mask = match self.config.chunk {
+                Some(chunk) => {
+                    let chunk_of = |positions: Tensor<2, Int>| positions.div_scalar(chunk as i64);
+                    let queries = chunk_of(block_positions()).unsqueeze_dim::<3>(2);
+                    let keys = chunk_of(key_positions()).unsqueeze_dim::<3>(1);
+                    let other_chunk = queries
+                        .expand([batch, rows, k_len])
+                        .not_equal(keys.expand([batch, rows, k_len]))
+                        .unsqueeze_dim::<4>(1);
+                    Some(match mask {
+                        Some(mask) => mask.expand([batch, 1, rows, k_len]).bool_or(other_chunk),
+                        None => other_chunk,
+                    })
+                }
+                None => mask,
+            };
             contexts.push(self.explicit(q, k.clone(), v.clone(), total_bias, mask)?);
         }
         Ok(match contexts.len() {

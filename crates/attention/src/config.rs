@@ -75,6 +75,23 @@ pub struct QkNormConfig {
     pub across_heads: bool,
 }
 
+/// Llama 4's attention temperature tuning: queries scaled up with the logarithm of their
+/// index, so that attention stays sharp over long contexts without position encoding.
+#[derive(Config, Debug, PartialEq)]
+pub struct TemperatureTuningConfig {
+    /// The index step between scale increments (`floor_scale`).
+    pub floor_scale: f64,
+    /// The logarithm's weight (`attn_scale`).
+    pub attn_scale: f64,
+}
+
+impl TemperatureTuningConfig {
+    /// The multiplier of the query at token index `index`.
+    pub fn scale(&self, index: usize) -> f64 {
+        1.0 + self.attn_scale * ((index as f64 + 1.0) / self.floor_scale).floor().ln_1p()
+    }
+}
+
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
 pub struct MultiHeadAttentionConfig {
@@ -119,6 +136,20 @@ pub struct MultiHeadAttentionConfig {
     /// keys at indices `(i - window, i]` only. Defaults to none (every earlier key).
     #[config(default = "None")]
     pub sliding_window: Option<usize>,
+    /// Chunked attention (Llama 4's RoPE layers): the query at position `p` sees only the keys
+    /// whose positions share its chunk, `k / chunk == p / chunk` (and are not later, when
+    /// causal). Positions are the per-token ids given (`AttentionInputs::positions`), else token
+    /// indices: a left-padded batch that passes `cumsum(mask) - 1` starts its chunks at its first
+    /// real token, as transformers does. Defaults to none.
+    #[config(default = "None")]
+    pub chunk: Option<usize>,
+    /// Attention temperature tuning (Llama 4's NoPE layers; Nakanishi, 2025, "Scalable-Softmax Is
+    /// Superior for Attention"): the query at token index `i` is multiplied by
+    /// `1 + attn_scale * ln(1 + floor((i + 1) / floor_scale))`. Token indices, as transformers
+    /// counts them (a left-padded row's column in the batch), not the given positions. Defaults
+    /// to none.
+    #[config(default = "None")]
+    pub temperature_tuning: Option<TemperatureTuningConfig>,
     /// Attention sinks (gpt-oss): a learned logit per head that joins every row's softmax as one
     /// more key with no value, so a row's weights can sum to less than 1. Defaults to false.
     #[config(default = false)]
@@ -229,6 +260,25 @@ impl MultiHeadAttentionConfig {
         }
         if let Some(window) = self.sliding_window {
             at_least_one("sliding_window", window)?;
+        }
+        if let Some(chunk) = self.chunk {
+            at_least_one("chunk", chunk)?;
+        }
+        if let Some(tuning) = &self.temperature_tuning {
+            if !is_normal_f32(tuning.floor_scale) {
+                return Err(AttentionError::config(
+                    "temperature_tuning.floor_scale",
+                    tuning.floor_scale,
+                    "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
+                ));
+            }
+            if !tuning.attn_scale.is_finite() || tuning.attn_scale.abs() > f32::MAX as f64 {
+                return Err(AttentionError::config(
+                    "temperature_tuning.attn_scale",
+                    tuning.attn_scale,
+                    "must be a finite number in f32's range",
+                ));
+            }
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(AttentionError::config(

@@ -45,7 +45,9 @@ mod relative_xl;
 
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
-pub use config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
+pub use config::{
+    MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,
+};
 pub use error::AttentionError;
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};

@@ -1,19 +1,51 @@
-//! gpt-oss's mixture-of-experts feed-forward block (OpenAI's gpt-oss model card, 2025): a router
-//! scores the experts, each token goes to its `top_k` best with weights from a softmax over those
-//! `top_k` scores, and each expert is a clamped SwiGLU, `(clamp(up, -l, l) + 1) * g * sigmoid(a g)`
-//! with `g = min(gate, l)`, its gate and up columns interleaved in one `gate_up_proj`.
+//! Mixture-of-experts feed-forward blocks: a router scores the experts and each token goes to its
+//! `top_k` best.
+//!
+//! - gpt-oss (OpenAI's gpt-oss model card, 2025): the experts' outputs are weighted by a softmax
+//!   over the token's `top_k` scores; each expert is a clamped SwiGLU,
+//!   `(clamp(up, -l, l) + 1) * g * sigmoid(a g)` with `g = min(gate, l)`, its gate and up columns
+//!   interleaved in one `gate_up_proj`, with biases.
+//! - Llama 4 (Meta's Llama 4 model card, 2025): the sigmoid of each of the token's `top_k` scores
+//!   scales the expert's *input*; each expert is a bias-free SwiGLU, gate columns first; a shared
+//!   expert (a dense MLP) sees every token and its output is added.
 //!
 //! Every expert runs on every token and the routing weights are zero outside each token's top
-//! `k`: the same numbers as transformers' gather-by-expert loop, one batched product per tensor
-//! instead of a host-side dispatch, and the gradient reaches the router through the softmax.
+//! `k` (a zero input to a bias-free expert gives zero): the same numbers as transformers'
+//! gather-by-expert loop, one batched product per tensor instead of a host-side dispatch, and the
+//! gradient reaches the router through the softmax or the sigmoid.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::activation::{sigmoid, softmax};
+use burn::tensor::activation::{sigmoid, silu, softmax};
 use burn::tensor::{Device, Tensor};
 
 use crate::error::ModelError;
+use crate::mlp::{Mlp, MlpConfig};
+
+/// How the router's scores choose and weigh the experts.
+#[derive(Config, Debug, Copy, PartialEq)]
+pub enum Routing {
+    /// gpt-oss: a softmax over each token's `top_k` scores weighs the experts' outputs.
+    SoftmaxOfTopK,
+    /// Llama 4: the sigmoid of each of the token's `top_k` scores multiplies the expert's input.
+    SigmoidScalesInput,
+}
+
+/// What one expert computes.
+#[derive(Config, Debug, Copy, PartialEq)]
+pub enum ExpertMlp {
+    /// gpt-oss: `(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g)`, `g = min(gate, limit)`,
+    /// gate and up columns interleaved (gate at even columns).
+    ClampedSwiglu {
+        /// The sigmoid's slope (`swiglu_alpha`).
+        alpha: f64,
+        /// The clamp (`swiglu_limit`).
+        limit: f64,
+    },
+    /// Llama 4: `silu(gate) * up`, the gate's columns first, then up's.
+    Swiglu,
+}
 
 /// Configuration of a [`MixtureOfExperts`].
 #[derive(Config, Debug, PartialEq)]
@@ -26,12 +58,19 @@ pub struct MixtureOfExpertsConfig {
     pub experts: usize,
     /// Experts per token (`num_experts_per_tok`).
     pub top_k: usize,
-    /// The sigmoid's slope (`swiglu_alpha`).
-    #[config(default = 1.702)]
-    pub alpha: f64,
-    /// The clamp (`swiglu_limit`).
-    #[config(default = 7.0)]
-    pub limit: f64,
+    /// How the scores weigh the experts. Defaults to gpt-oss's.
+    #[config(default = "Routing::SoftmaxOfTopK")]
+    pub routing: Routing,
+    /// Each expert. Defaults to gpt-oss's.
+    #[config(default = "ExpertMlp::ClampedSwiglu { alpha: 1.702, limit: 7.0 }")]
+    pub expert: ExpertMlp,
+    /// Biases on the router and the experts (gpt-oss). Defaults to true.
+    #[config(default = true)]
+    pub bias: bool,
+    /// The hidden width of a shared expert, a gated SiLU MLP every token goes through too
+    /// (Llama 4). Defaults to none.
+    #[config(default = "None")]
+    pub shared_d_ff: Option<usize>,
 }
 
 impl MixtureOfExpertsConfig {
@@ -60,68 +99,101 @@ impl MixtureOfExpertsConfig {
                 "overflows usize when doubled (gate and up)",
             ));
         }
-        for (field, value) in [("swiglu_alpha", self.alpha), ("swiglu_limit", self.limit)] {
-            if !positional::is_normal_f32(value) {
-                return Err(ModelError::config(
-                    field,
-                    value,
-                    "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
-                ));
+        if let ExpertMlp::ClampedSwiglu { alpha, limit } = self.expert {
+            for (field, value) in [("swiglu_alpha", alpha), ("swiglu_limit", limit)] {
+                if !positional::is_normal_f32(value) {
+                    return Err(ModelError::config(
+                        field,
+                        value,
+                        "must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
+                    ));
+                }
             }
+        }
+        if let Some(shared) = &self.shared_mlp() {
+            shared.validate()?;
         }
         Ok(())
     }
 
-    /// Builds the block from gpt-oss's tensors: `router` (`[experts, d_model]` weight and bias),
-    /// `gate_up_proj` `[experts, d_model, 2 d_ff]`, `gate_up_proj_bias` `[experts, 2 d_ff]`,
-    /// `down_proj` `[experts, d_ff, d_model]`, `down_proj_bias` `[experts, d_model]`.
+    /// The shared expert's configuration, when there is one.
+    pub fn shared_mlp(&self) -> Option<MlpConfig> {
+        self.shared_d_ff.map(|d_ff| {
+            MlpConfig::new(self.d_model, d_ff, crate::mlp::Activation::Silu).with_gated(true)
+        })
+    }
+
+    /// Builds the block from a checkpoint's tensors: `router` (`[experts, d_model]` in
+    /// PyTorch's layout, a bias with `bias`), `gate_up_proj` `[experts, d_model, 2 d_ff]`,
+    /// `down_proj` `[experts, d_ff, d_model]`, with `bias` their biases `[experts, 2 d_ff]` and
+    /// `[experts, d_model]`, and the shared expert when configured.
     pub fn try_init_with(
         &self,
         router: Linear,
-        gate_up: Tensor<3>,
-        gate_up_bias: Tensor<2>,
-        down: Tensor<3>,
-        down_bias: Tensor<2>,
+        (gate_up, gate_up_bias): (Tensor<3>, Option<Tensor<2>>),
+        (down, down_bias): (Tensor<3>, Option<Tensor<2>>),
+        shared: Option<Mlp>,
     ) -> Result<MixtureOfExperts, ModelError> {
         self.validate()?;
         let (e, d, f) = (self.experts, self.d_model, self.d_ff);
-        let shapes: [(&str, Vec<usize>, Vec<usize>); 5] = [
+        let mut shapes: Vec<(&str, Vec<usize>, Vec<usize>)> = vec![
+            ("router.weight", router.weight.dims().to_vec(), vec![d, e]),
             (
-                "mlp.router.weight",
-                router.weight.dims().to_vec(),
-                vec![d, e],
-            ),
-            (
-                "mlp.experts.gate_up_proj",
+                "experts.gate_up_proj",
                 gate_up.dims().to_vec(),
                 vec![e, d, 2 * f],
             ),
-            (
-                "mlp.experts.gate_up_proj_bias",
-                gate_up_bias.dims().to_vec(),
-                vec![e, 2 * f],
-            ),
-            ("mlp.experts.down_proj", down.dims().to_vec(), vec![e, f, d]),
-            (
-                "mlp.experts.down_proj_bias",
-                down_bias.dims().to_vec(),
-                vec![e, d],
-            ),
+            ("experts.down_proj", down.dims().to_vec(), vec![e, f, d]),
         ];
+        if let Some(bias) = &gate_up_bias {
+            shapes.push((
+                "experts.gate_up_proj_bias",
+                bias.dims().to_vec(),
+                vec![e, 2 * f],
+            ));
+        }
+        if let Some(bias) = &down_bias {
+            shapes.push(("experts.down_proj_bias", bias.dims().to_vec(), vec![e, d]));
+        }
         for (name, got, want) in shapes {
             if got != want {
                 return Err(ModelError::input(name, got, format!("must be {want:?}")));
             }
         }
+        let given = [
+            ("router.bias", router.bias.is_some()),
+            ("experts.gate_up_proj_bias", gate_up_bias.is_some()),
+            ("experts.down_proj_bias", down_bias.is_some()),
+        ];
+        for (name, present) in given {
+            if present != self.bias {
+                return Err(ModelError::input(
+                    name,
+                    present,
+                    format!(
+                        "must be given exactly when the experts have biases ({})",
+                        self.bias
+                    ),
+                ));
+            }
+        }
+        if shared.is_some() != self.shared_d_ff.is_some() {
+            return Err(ModelError::input(
+                "shared_expert",
+                shared.is_some(),
+                "must be given exactly when the block has a shared expert",
+            ));
+        }
         Ok(MixtureOfExperts {
             router,
             gate_up: Param::from_tensor(gate_up),
-            gate_up_bias: Param::from_tensor(gate_up_bias),
+            gate_up_bias: gate_up_bias.map(Param::from_tensor),
             down: Param::from_tensor(down),
-            down_bias: Param::from_tensor(down_bias),
+            down_bias: down_bias.map(Param::from_tensor),
+            shared,
             top_k: self.top_k,
-            alpha: self.alpha,
-            limit: self.limit,
+            routing: self.routing,
+            expert: self.expert,
         })
     }
 
@@ -132,40 +204,47 @@ impl MixtureOfExpertsConfig {
         if let Some(why) = positional::unallocatable(&[e, d, 2 * f], 4, device) {
             return Err(ModelError::config("num_local_experts", e, why));
         }
+        let bias = |shape: [usize; 2]| self.bias.then(|| Tensor::zeros(shape, device));
         self.try_init_with(
-            burn::nn::LinearConfig::new(d, e).init(device),
-            Tensor::zeros([e, d, 2 * f], device),
-            Tensor::zeros([e, 2 * f], device),
-            Tensor::zeros([e, f, d], device),
-            Tensor::zeros([e, d], device),
+            burn::nn::LinearConfig::new(d, e)
+                .with_bias(self.bias)
+                .init(device),
+            (Tensor::zeros([e, d, 2 * f], device), bias([e, 2 * f])),
+            (Tensor::zeros([e, f, d], device), bias([e, d])),
+            self.shared_mlp()
+                .map(|mlp| mlp.try_init(device))
+                .transpose()?,
         )
     }
 }
 
-/// gpt-oss's routed experts.
+/// Routed experts, and a shared one where the family has it.
 #[derive(Module, Debug)]
 pub struct MixtureOfExperts {
-    /// `d_model -> experts`, with a bias.
+    /// `d_model -> experts`.
     pub router: Linear,
-    /// `[experts, d_model, 2 d_ff]`, gate and up columns interleaved.
+    /// `[experts, d_model, 2 d_ff]`: gate and up columns interleaved (gpt-oss) or the gate's
+    /// first (Llama 4).
     pub gate_up: Param<Tensor<3>>,
     /// `[experts, 2 d_ff]`.
-    pub gate_up_bias: Param<Tensor<2>>,
+    pub gate_up_bias: Option<Param<Tensor<2>>>,
     /// `[experts, d_ff, d_model]`.
     pub down: Param<Tensor<3>>,
     /// `[experts, d_model]`.
-    pub down_bias: Param<Tensor<2>>,
+    pub down_bias: Option<Param<Tensor<2>>>,
+    /// Llama 4's shared expert.
+    pub shared: Option<Mlp>,
     #[module(skip)]
     top_k: usize,
     #[module(skip)]
-    alpha: f64,
+    routing: Routing,
     #[module(skip)]
-    limit: f64,
+    expert: ExpertMlp,
 }
 
 impl MixtureOfExperts {
-    /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores,
-    /// zero elsewhere.
+    /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores
+    /// (gpt-oss) or their sigmoids (Llama 4), zero elsewhere.
     pub fn routing(&self, x: Tensor<2>) -> Tensor<2> {
         let scores = self.router.forward(x);
         let threshold = scores
@@ -173,7 +252,11 @@ impl MixtureOfExperts {
             .sort_descending(1)
             .narrow(1, self.top_k - 1, 1);
         let outside = scores.clone().lower(threshold);
-        softmax(scores.mask_fill(outside, f32::NEG_INFINITY), 1)
+        let scores = scores.mask_fill(outside, f32::NEG_INFINITY);
+        match self.routing {
+            Routing::SoftmaxOfTopK => softmax(scores, 1),
+            Routing::SigmoidScalesInput => sigmoid(scores),
+        }
     }
 
     /// # Shapes
@@ -182,31 +265,53 @@ impl MixtureOfExperts {
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [batch, seq, d_model] = x.dims();
         let [experts, _, width] = self.gate_up.dims();
-        let d_ff = width / 2;
-        let tokens = x.reshape([batch * seq, d_model]);
-        let weights = self.routing(tokens.clone());
+        let (d_ff, tokens) = (width / 2, batch * seq);
+        let rows = x.clone().reshape([tokens, d_model]);
+        // [experts, tokens, 1]
+        let weights = self.routing(rows.clone()).transpose().unsqueeze_dim::<3>(2);
+        let inputs = rows.unsqueeze::<3>().expand([experts, tokens, d_model]);
+        let inputs = match self.routing {
+            Routing::SigmoidScalesInput => inputs * weights.clone(),
+            Routing::SoftmaxOfTopK => inputs,
+        };
         // [experts, tokens, 2 d_ff]: every expert on every token.
-        let gate_up = tokens
-            .unsqueeze::<3>()
-            .expand([experts, batch * seq, d_model])
-            .matmul(self.gate_up.val())
-            + self.gate_up_bias.val().unsqueeze_dim::<3>(1);
-        let pairs = gate_up.reshape([experts, batch * seq, d_ff, 2]);
-        let gate = pairs
-            .clone()
-            .narrow(3, 0, 1)
-            .squeeze_dim::<3>(3)
-            .clamp_max(self.limit);
-        let up = pairs
-            .narrow(3, 1, 1)
-            .squeeze_dim::<3>(3)
-            .clamp(-self.limit, self.limit);
-        let glu = gate.clone() * sigmoid(gate * self.alpha);
-        let out =
-            ((up + 1.0) * glu).matmul(self.down.val()) + self.down_bias.val().unsqueeze_dim::<3>(1);
-        // Weighted sum over experts: [experts, tokens, d] * [experts, tokens, 1].
-        let weighted = out * weights.transpose().unsqueeze_dim::<3>(2);
-        weighted.sum_dim(0).reshape([batch, seq, d_model])
+        let mut gate_up = inputs.matmul(self.gate_up.val());
+        if let Some(bias) = &self.gate_up_bias {
+            gate_up = gate_up + bias.val().unsqueeze_dim::<3>(1);
+        }
+        let hidden = match self.expert {
+            ExpertMlp::ClampedSwiglu { alpha, limit } => {
+                let pairs = gate_up.reshape([experts, tokens, d_ff, 2]);
+                let gate = pairs
+                    .clone()
+                    .narrow(3, 0, 1)
+                    .squeeze_dim::<3>(3)
+                    .clamp_max(limit);
+                let up = pairs
+                    .narrow(3, 1, 1)
+                    .squeeze_dim::<3>(3)
+                    .clamp(-limit, limit);
+                (up + 1.0) * (gate.clone() * sigmoid(gate * alpha))
+            }
+            ExpertMlp::Swiglu => {
+                let gate = gate_up.clone().narrow(2, 0, d_ff);
+                silu(gate) * gate_up.narrow(2, d_ff, d_ff)
+            }
+        };
+        let mut out = hidden.matmul(self.down.val());
+        if let Some(bias) = &self.down_bias {
+            out = out + bias.val().unsqueeze_dim::<3>(1);
+        }
+        let out = match self.routing {
+            // Weighted sum over experts: [experts, tokens, d] * [experts, tokens, 1].
+            Routing::SoftmaxOfTopK => out * weights,
+            Routing::SigmoidScalesInput => out,
+        };
+        let routed = out.sum_dim(0).reshape([batch, seq, d_model]);
+        match &self.shared {
+            Some(shared) => shared.forward(x) + routed,
+            None => routed,
+        }
     }
 }
 
@@ -218,8 +323,8 @@ mod tests {
     use super::*;
     use crate::mlp::linear_from_pytorch;
 
-    /// The batched block against transformers' loop, written out on the host: top-k by sorting
-    /// each token's scores, softmax over those, one expert at a time.
+    /// gpt-oss's batched block against transformers' loop, written out on the host: top-k by
+    /// sorting each token's scores, softmax over those, one expert at a time.
     fn experts_match_a_token_by_token_loop(device: &Device) {
         let (e, d, f, k) = (4usize, 3usize, 2usize, 2usize);
         let random = |shape: Vec<usize>| {
@@ -250,10 +355,15 @@ mod tests {
                     [e, d],
                 )
                 .unwrap(),
-                Tensor::from_data(t(&gu, vec![e, d, 2 * f]), device),
-                Tensor::from_data(t(&gub, vec![e, 2 * f]), device),
-                Tensor::from_data(t(&dw, vec![e, f, d]), device),
-                Tensor::from_data(t(&db, vec![e, d]), device),
+                (
+                    Tensor::from_data(t(&gu, vec![e, d, 2 * f]), device),
+                    Some(Tensor::from_data(t(&gub, vec![e, 2 * f]), device)),
+                ),
+                (
+                    Tensor::from_data(t(&dw, vec![e, f, d]), device),
+                    Some(Tensor::from_data(t(&db, vec![e, d]), device)),
+                ),
+                None,
             )
             .unwrap();
         let (alpha, limit) = (1.702f32, 7.0f32);
@@ -302,4 +412,115 @@ mod tests {
         assert!(err.contains("`num_experts_per_tok` = 5"), "{err}");
     }
     for_each_backend!(experts_match_a_token_by_token_loop);
+
+    /// Llama 4's block against its definition on the host: each token's top-k scores through a
+    /// sigmoid scale the input of those experts (`silu(gate) * up`, gate columns first, no
+    /// biases), and the shared expert's output is added.
+    fn llama4_experts_match_a_token_by_token_loop(device: &Device) {
+        let (e, d, f, k) = (4usize, 3usize, 2usize, 2usize);
+        let host = |shape: &[usize]| {
+            let t = Tensor::<1>::random(
+                [shape.iter().product::<usize>()],
+                Distribution::Normal(0.0, 1.0),
+                device,
+            );
+            floats(&t.into_data())
+        };
+        let (rw, gu, dw, sg, su, sd, xs) = (
+            host(&[e, d]),
+            host(&[e, d, 2 * f]),
+            host(&[e, f, d]),
+            host(&[f, d]),
+            host(&[f, d]),
+            host(&[d, f]),
+            host(&[5, d]),
+        );
+        let tensor = |v: &[f32], shape: Vec<usize>| TensorData::new(v.to_vec(), shape);
+        let linear = |name: &str, w: &[f32], shape: [usize; 2]| {
+            let weight = Tensor::from_data(tensor(w, shape.to_vec()), device);
+            linear_from_pytorch(name, weight, None, shape).unwrap()
+        };
+        let config = MixtureOfExpertsConfig::new(d, f, e, k)
+            .with_routing(Routing::SigmoidScalesInput)
+            .with_expert(ExpertMlp::Swiglu)
+            .with_bias(false)
+            .with_shared_d_ff(Some(f));
+        let shared = config
+            .shared_mlp()
+            .unwrap()
+            .try_init_with(
+                Some(linear("gate", &sg, [f, d])),
+                linear("up", &su, [f, d]),
+                linear("down", &sd, [d, f]),
+            )
+            .unwrap();
+        let block = config
+            .try_init_with(
+                linear("router", &rw, [e, d]),
+                (
+                    Tensor::from_data(tensor(&gu, vec![e, d, 2 * f]), device),
+                    None,
+                ),
+                (Tensor::from_data(tensor(&dw, vec![e, f, d]), device), None),
+                Some(shared),
+            )
+            .unwrap();
+        let silu = |v: f32| v / (1.0 + (-v).exp());
+        let mut want = Vec::new();
+        for x in xs.chunks(d) {
+            let scores: Vec<f32> = (0..e)
+                .map(|j| (0..d).map(|i| x[i] * rw[j * d + i]).sum::<f32>())
+                .collect();
+            let mut order: Vec<usize> = (0..e).collect();
+            order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+            // The shared expert: down(silu(gate x) * up x), PyTorch's [out, in] weights.
+            let mut y: Vec<f32> = (0..d)
+                .map(|o| {
+                    (0..f)
+                        .map(|c| {
+                            let dot = |w: &[f32]| (0..d).map(|i| x[i] * w[c * d + i]).sum::<f32>();
+                            silu(dot(&sg)) * dot(&su) * sd[o * f + c]
+                        })
+                        .sum()
+                })
+                .collect();
+            for &j in &order[..k] {
+                let scale = 1.0 / (1.0 + (-scores[j]).exp());
+                let input: Vec<f32> = x.iter().map(|v| v * scale).collect();
+                let column = |col: usize| {
+                    (0..d)
+                        .map(|i| input[i] * gu[(j * d + i) * 2 * f + col])
+                        .sum::<f32>()
+                };
+                let hidden: Vec<f32> = (0..f).map(|c| silu(column(c)) * column(f + c)).collect();
+                for o in 0..d {
+                    y[o] += (0..f)
+                        .map(|c| hidden[c] * dw[(j * f + c) * d + o])
+                        .sum::<f32>();
+                }
+            }
+            want.extend(y);
+        }
+        let x = Tensor::<3>::from_data(tensor(&xs, vec![1, 5, d]), device);
+        assert_close(&block.forward(x).into_data(), &want, 1e-4);
+        // A bias where the experts have none is an error naming it.
+        let biased = linear_from_pytorch(
+            "router",
+            Tensor::from_data(tensor(&rw, vec![e, d]), device),
+            Some(Tensor::zeros([e], device)),
+            [e, d],
+        )
+        .unwrap();
+        let err = config
+            .try_init_with(
+                biased,
+                (Tensor::zeros([e, d, 2 * f], device), None),
+                (Tensor::zeros([e, f, d], device), None),
+                None,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`router.bias`"), "{err}");
+    }
+    for_each_backend!(llama4_experts_match_a_token_by_token_loop);
 }

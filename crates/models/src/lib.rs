@@ -1,4 +1,4 @@
-//! Whole transformer models of 18 Hugging Face families, built only from this workspace's
+//! Whole transformer models of 19 Hugging Face families, built only from this workspace's
 //! `positional` and `attention` crates and Burn's own modules, loaded from `config.json` and
 //! `model.safetensors` as the Hub holds them, and checked against transformers' float64 outputs.
 //!
@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `llama`, `mistral`, `qwen2`, `qwen3`, `phi3` | pre-norm decoder, RMSNorm, SwiGLU | Llama's lineage: each a variant of Llama in its own file; Phi-3 fuses gate and up |
 //! | `smollm3` | Llama with NoPE layers (`no_rope_layers`) | SmolLM3's model card |
+//! | `llama4_text` | NoPE layers with temperature tuning, chunked RoPE layers, sigmoid-routed experts with a shared expert | Llama 4's model card |
 //! | `olmo3` | norms after each branch only, QK-norm over the whole projection, RoPE per layer type | OLMo 2 and 3 |
 //! | `glm4` | four norms per layer, partial RoPE on adjacent pairs, fused gate and up | GLM-4 |
 //! | `cohere2` | parallel attention and MLP from one LayerNorm, RoPE on sliding layers only, logit scale | Command R7B |

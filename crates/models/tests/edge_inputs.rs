@@ -33,7 +33,7 @@ const FAMILIES: [&str; 18] = [
 ];
 
 /// Fields some family reads that a reference config may lack, to add.
-const EXTRA_FIELDS: [&str; 30] = [
+const EXTRA_FIELDS: [&str; 34] = [
     "sliding_window",
     "layer_types",
     "head_dim",
@@ -64,6 +64,10 @@ const EXTRA_FIELDS: [&str; 30] = [
     "no_rope_layer_interval",
     "logit_scale",
     "sliding_window_pattern",
+    "attention_chunk_size",
+    "moe_layers",
+    "interleave_moe_layer_step",
+    "use_qk_norm",
 ];
 
 fn cases() -> ProptestConfig {

@@ -9,7 +9,7 @@ use positional::{
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{PositionalScheme, QkNormConfig};
+use crate::config::{PositionalScheme, QkNormConfig, TemperatureTuningConfig};
 
 fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
@@ -314,6 +314,20 @@ fn invalid_configurations_are_errors() {
             "`sliding_window` = 0: must be at least 1",
         ),
         (
+            MultiHeadAttentionConfig::new(32, 4).with_chunk(Some(0)),
+            "`chunk` = 0: must be at least 1",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4)
+                .with_temperature_tuning(Some(TemperatureTuningConfig::new(0.0, 0.1))),
+            "`temperature_tuning.floor_scale` = 0.0: must be a positive number",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4)
+                .with_temperature_tuning(Some(TemperatureTuningConfig::new(4.0, f64::INFINITY))),
+            "`temperature_tuning.attn_scale` = inf: must be a finite number",
+        ),
+        (
             MultiHeadAttentionConfig::new(32, 4).with_softcap(Some(0.0)),
             "`softcap` = 0.0: must be a positive number in f32's normal range (1.2e-38 to 3.4e38)",
         ),
@@ -456,6 +470,66 @@ fn decoding_equals_the_full_pass(device: &Device) {
 }
 for_each_backend!(decoding_equals_the_full_pass);
 
+/// Llama 4's options through the cache: chunks count the positions of cached keys, and the
+/// temperature of a query counts its token index past the cache, a prompt and then one token at
+/// a time giving the whole pass, a left-padded row (positions `cumsum(mask) - 1`) included.
+fn chunks_and_temperature_decode_as_the_full_pass(device: &Device) {
+    let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(8));
+    let configs = [
+        MultiHeadAttentionConfig::new(16, 2)
+            .with_causal(true)
+            .with_chunk(Some(3))
+            .with_positional(rope),
+        MultiHeadAttentionConfig::new(16, 2)
+            .with_causal(true)
+            .with_temperature_tuning(Some(TemperatureTuningConfig::new(2.0, 0.5))),
+    ];
+    let (batch, seq, prefill) = (2, 9, 4);
+    // Row 1 is left-padded by 2.
+    let padding: Vec<bool> = (0..batch * seq).map(|i| i == seq || i == seq + 1).collect();
+    let ids: Vec<i64> = (0..seq as i64)
+        .chain([0, 0].into_iter().chain(0..seq as i64 - 2))
+        .collect();
+    let mask = Tensor::<2, Bool>::from_data(TensorData::new(padding, [batch, seq]), device);
+    let positions = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), device);
+    let inputs = |range: std::ops::Range<usize>| {
+        AttentionInputs::new()
+            .with_padding_mask(mask.clone().narrow(1, range.start, range.len()))
+            .with_positions(positions.clone().narrow(1, range.start, range.len()))
+    };
+    for config in configs {
+        let module = config.init(device);
+        let x = random([batch, seq, 16], device);
+        let full = module.forward(x.clone(), inputs(0..seq));
+        let mut cache = KvCache::new();
+        let mut pieces = vec![
+            module
+                .try_forward_cached(
+                    x.clone().narrow(1, 0, prefill),
+                    inputs(0..prefill),
+                    &mut cache,
+                )
+                .unwrap(),
+        ];
+        for t in prefill..seq {
+            pieces.push(
+                module
+                    .try_forward_cached(x.clone().narrow(1, t, 1), inputs(t..t + 1), &mut cache)
+                    .unwrap(),
+            );
+        }
+        // Row 1's padded queries see no key and are not compared.
+        let real = |t: Tensor<3>| t.narrow(1, 2, seq - 2);
+        let decoded = Tensor::cat(pieces, 1);
+        assert_close(
+            &real(decoded).into_data(),
+            &floats(&real(full).into_data()),
+            1e-5,
+        );
+    }
+}
+for_each_backend!(chunks_and_temperature_decode_as_the_full_pass);
+
 fn permuting_the_batch_permutes_the_output(device: &Device) {
     proptest!(property_cases(), |(batch in 2usize..5, seq in 1usize..6, scheme in 0usize..6, seed in any::<u64>())| {
         device.seed(seed);
@@ -531,6 +605,23 @@ fn reference_attention(
     if let Some(rope) = &module.rope {
         (q, k) = rope.forward(q, k, positions.clone());
     }
+    if let Some(tuning) = &config.temperature_tuning {
+        // 1 + attn_scale * ln(1 + floor((i + 1) / floor_scale)) at column i, written out.
+        let scales: Vec<f32> = (0..seq)
+            .map(|i| {
+                let steps = ((i + 1) as f64 / tuning.floor_scale).floor();
+                (1.0 + tuning.attn_scale * (1.0 + steps).ln()) as f32
+            })
+            .collect();
+        q = q * Tensor::<4>::from_data(TensorData::new(scales, [1, 1, seq, 1]), &device);
+    }
+    let host_positions: Vec<i64> = positions
+        .clone()
+        .expand([batch, seq])
+        .into_data()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
+        .unwrap();
     let groups = heads / kv_heads;
     let owners: Vec<i64> = (0..heads).map(|h| (h / groups) as i64).collect();
     let owners = Tensor::<1, Int>::from_data(TensorData::new(owners, [heads]), &device);
@@ -561,7 +652,11 @@ fn reference_attention(
                 let late = config.causal && j > i;
                 let far = config.sliding_window.is_some_and(|w| i >= j + w);
                 let padded = padding.is_some_and(|p| p[b * seq + j]);
-                hidden.push(late || far || padded);
+                let other_chunk = config.chunk.is_some_and(|c| {
+                    let chunk_of = |index: usize| host_positions[b * seq + index] / c as i64;
+                    chunk_of(i) != chunk_of(j)
+                });
+                hidden.push(late || far || padded || other_chunk);
             }
         }
     }
@@ -625,6 +720,13 @@ fn every_option_equals_the_reference(device: &Device) {
             base().with_qk_norm(Some(QkNormConfig::new(1e-6).with_across_heads(true))),
         ),
         ("sliding window", base().with_sliding_window(Some(3))),
+        ("chunks of 3 positions", base().with_chunk(Some(3))),
+        (
+            "temperature tuning without position encoding",
+            base()
+                .with_positional(PositionalScheme::None)
+                .with_temperature_tuning(Some(TemperatureTuningConfig::new(2.0, 0.5))),
+        ),
         ("sinks", base().with_sinks(true).with_biases(true)),
         (
             "window, sinks, soft-capping and QK-norm together",

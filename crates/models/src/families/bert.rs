@@ -148,6 +148,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "intermediate.dense",
             down: "output.dense",
         },
+        experts: None,
         final_norm: None,
         lm_head: None,
         pooler: Some("pooler.dense"),

@@ -87,6 +87,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "mlp.dense_h_to_4h",
             down: "mlp.dense_4h_to_h",
         },
+        experts: None,
         final_norm: Some("ln_f"),
         lm_head: Some("lm_head"),
         pooler: None,

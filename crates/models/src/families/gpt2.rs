@@ -130,6 +130,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "mlp.c_fc",
             down: "mlp.c_proj",
         },
+        experts: None,
         final_norm: Some("ln_f"),
         lm_head: Some("lm_head"),
         pooler: None,

@@ -94,6 +94,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "mlp.dense_h_to_4h",
             down: "mlp.dense_4h_to_h",
         },
+        experts: None,
         final_norm: Some("final_layer_norm"),
         lm_head: Some("embed_out"),
         pooler: None,

@@ -5,8 +5,8 @@ use serde::Deserialize;
 
 use crate::block::FeedForwardConfig;
 use crate::error::ModelError;
-use crate::experts::MixtureOfExpertsConfig;
-use crate::huggingface::{HuggingFaceConfig, MlpNames, TensorNames};
+use crate::experts::{ExpertMlp, MixtureOfExpertsConfig};
+use crate::huggingface::{HuggingFaceConfig, TensorNames};
 use crate::transformer::TransformerConfig;
 
 use super::llama::{self, Llama};
@@ -40,8 +40,10 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         gpt_oss.num_local_experts,
         gpt_oss.num_experts_per_tok,
     )
-    .with_alpha(gpt_oss.swiglu_alpha)
-    .with_limit(gpt_oss.swiglu_limit);
+    .with_expert(ExpertMlp::ClampedSwiglu {
+        alpha: gpt_oss.swiglu_alpha,
+        limit: gpt_oss.swiglu_limit,
+    });
     llama.feed_forward = FeedForwardConfig::Experts(experts);
     Ok(llama
         .map_attention(|_, attention| attention.with_sinks(true))
@@ -51,6 +53,6 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
     let mut names = llama::names(file)?;
     names.attention.sinks = Some("self_attn.sinks".into());
-    names.mlp = MlpNames::Experts { prefix: "mlp." };
+    names.experts = Some("mlp.");
     Ok(names)
 }

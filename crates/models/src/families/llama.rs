@@ -51,8 +51,10 @@ pub(super) struct LlamaConfig {
     pub use_bidirectional_attention: bool,
     /// The window of `sliding_attention` layers.
     pub sliding_window: Option<usize>,
-    /// `full_attention` or `sliding_attention` per layer.
+    /// `full_attention`, `sliding_attention` or `chunked_attention` per layer.
     pub layer_types: Option<Vec<String>>,
+    /// The chunk of `chunked_attention` layers (Llama 4).
+    pub attention_chunk_size: Option<usize>,
 }
 
 fn silu() -> String {
@@ -123,20 +125,34 @@ impl Llama {
         let d_model = config.hidden_size;
         let attention = per_layer(layers, |layer| {
             let layer_type = layer_types[layer].as_str();
-            let window = match layer_type {
-                "full_attention" => None,
-                "sliding_attention" => Some(config.sliding_window.ok_or_else(|| {
+            let required = |field: &'static str, value: Option<usize>| {
+                value.ok_or_else(|| {
                     ModelError::config(
-                        "sliding_window",
+                        field,
                         serde_json::Value::Null,
-                        format!("is required: layer {layer} is a sliding_attention layer"),
+                        format!("is required: layer {layer} is a {layer_type} layer"),
                     )
-                })?),
+                })
+            };
+            let (window, chunk) = match layer_type {
+                "full_attention" => (None, None),
+                "sliding_attention" => (
+                    Some(required("sliding_window", config.sliding_window)?),
+                    None,
+                ),
+                "chunked_attention" => (
+                    None,
+                    Some(required(
+                        "attention_chunk_size",
+                        config.attention_chunk_size,
+                    )?),
+                ),
                 other => {
                     return Err(ModelError::config(
                         "layer_types",
                         other,
-                        "must name sliding_attention or full_attention for every layer",
+                        "must name full_attention, sliding_attention or chunked_attention for \
+                         every layer",
                     ));
                 }
             };
@@ -153,6 +169,7 @@ impl Llama {
                     .with_head_dim(config.head_dim)
                     .with_biases(config.attention_bias)
                     .with_sliding_window(window)
+                    .with_chunk(chunk)
                     .with_dropout(config.attention_dropout)
                     .with_causal(true)
                     .with_positional(PositionalScheme::Rope(rope)),
@@ -248,6 +265,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "mlp.up_proj",
             down: "mlp.down_proj",
         },
+        experts: None,
         final_norm: Some("norm"),
         lm_head: Some("lm_head"),
         pooler: None,

@@ -17,6 +17,7 @@ mod gpt2;
 mod gpt_neox;
 mod gpt_oss;
 mod llama;
+mod llama4;
 mod mistral;
 mod mpt;
 mod olmo3;
@@ -56,7 +57,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 19] = [
+const FAMILIES: [Entry; 20] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -68,6 +69,7 @@ const FAMILIES: [Entry; 19] = [
     entry("gemma3", gemma3::names, gemma3::architecture),
     entry("gpt_oss", gpt_oss::names, gpt_oss::architecture),
     entry("smollm3", smollm3::names, smollm3::architecture),
+    entry("llama4_text", llama4::names, llama4::architecture),
     entry("olmo3", olmo3::names, olmo3::architecture),
     entry("glm4", glm4::names, glm4::architecture),
     entry("cohere2", cohere2::names, cohere2::architecture),
@@ -137,6 +139,45 @@ pub(crate) fn per_layer<T>(
         values.push(layer(i)?);
     }
     Ok(values)
+}
+
+/// Whether each layer turns queries and keys by RoPE (SmolLM3 and Llama 4): `no_rope_layers[i]`
+/// is 1 for RoPE and 0 for none (NoPE); without the list, every `interval`-th layer is NoPE.
+fn rope_layers(
+    no_rope_layers: Option<&[u64]>,
+    interval: usize,
+    layers: usize,
+) -> Result<Vec<bool>, ModelError> {
+    match no_rope_layers {
+        Some(flags) => {
+            if flags.len() != layers {
+                return Err(ModelError::config(
+                    "no_rope_layers",
+                    flags,
+                    format!("must hold one flag per layer (num_hidden_layers = {layers})"),
+                ));
+            }
+            per_layer(layers, |layer| match flags[layer] {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(ModelError::config(
+                    format!("no_rope_layers[{layer}]"),
+                    other,
+                    "must be 1 (RoPE) or 0 (no position encoding)",
+                )),
+            })
+        }
+        None => {
+            if interval == 0 {
+                return Err(ModelError::config(
+                    "no_rope_layer_interval",
+                    0,
+                    "must be at least 1",
+                ));
+            }
+            per_layer(layers, |layer| Ok((layer + 1) % interval != 0))
+        }
+    }
 }
 
 /// One block per layer, each with layer `i`'s `attention(i)` and the shared `layout`, `norm` and

@@ -161,6 +161,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
             up: "ffn.up_proj",
             down: "ffn.down_proj",
         },
+        experts: None,
         final_norm: Some("norm_f"),
         lm_head: Some("lm_head"),
         pooler: None,

@@ -11,7 +11,7 @@ use crate::huggingface::{HuggingFaceConfig, TensorNames};
 use crate::transformer::TransformerConfig;
 
 use super::llama::{self, Llama};
-use super::{default, per_layer};
+use super::{default, rope_layers};
 
 /// What `SmolLM3Config` adds to (or sets otherwise than) Llama's.
 #[derive(Deserialize)]
@@ -32,45 +32,13 @@ fn four() -> usize {
     4
 }
 
-/// Whether each layer keeps RoPE, as `SmolLM3Config` resolves it.
-fn rope_layers(config: &SmolLm3Config) -> Result<Vec<bool>, ModelError> {
-    let layers = config.num_hidden_layers;
-    match &config.no_rope_layers {
-        Some(flags) => {
-            if flags.len() != layers {
-                return Err(ModelError::config(
-                    "no_rope_layers",
-                    flags,
-                    format!("must hold one flag per layer (num_hidden_layers = {layers})"),
-                ));
-            }
-            per_layer(layers, |layer| match flags[layer] {
-                0 => Ok(false),
-                1 => Ok(true),
-                other => Err(ModelError::config(
-                    format!("no_rope_layers[{layer}]"),
-                    other,
-                    "must be 1 (RoPE) or 0 (no position encoding)",
-                )),
-            })
-        }
-        None => {
-            let interval = config.no_rope_layer_interval;
-            if interval == 0 {
-                return Err(ModelError::config(
-                    "no_rope_layer_interval",
-                    0,
-                    "must be at least 1",
-                ));
-            }
-            per_layer(layers, |layer| Ok((layer + 1) % interval != 0))
-        }
-    }
-}
-
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
     let smol: SmolLm3Config = file.parse()?;
-    let rope = rope_layers(&smol)?;
+    let rope = rope_layers(
+        smol.no_rope_layers.as_deref(),
+        smol.no_rope_layer_interval,
+        smol.num_hidden_layers,
+    )?;
     // transformers' default layer types: a window on the NoPE layers, when the config asks for
     // one.
     let slides = smol.use_sliding_window && smol.sliding_window.is_some();

@@ -143,6 +143,7 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
                 down: "layer.1.DenseReluDense.wo",
             },
         },
+        experts: None,
         final_norm: Some("encoder.final_layer_norm"),
         lm_head: None,
         pooler: None,

@@ -15,7 +15,6 @@ use super::Checkpoint;
 use super::names::{AttentionNames, FusedOrder, MlpNames, ProjectionLayout, TensorNames};
 use crate::block::{Block, FeedForward, FeedForwardConfig};
 use crate::error::ModelError;
-use crate::experts::MixtureOfExperts;
 use crate::families::Family;
 use crate::mlp::linear_from_pytorch;
 use crate::norm::{Norm, NormConfig};
@@ -241,21 +240,45 @@ impl<'a> Loader<'a> {
             let (attention_norm, feed_forward_norm) = (attention_norm?, feed_forward_norm?);
             let (post_attention_norm, post_feed_forward_norm) =
                 (post_attention_norm?, post_feed_forward_norm?);
-            let feed_forward = match (names.mlp, &block.feed_forward) {
-                (MlpNames::Experts { prefix }, FeedForwardConfig::Experts(experts)) => {
+            let feed_forward = match &block.feed_forward {
+                FeedForwardConfig::Experts(experts) => {
+                    let prefix = names.experts.ok_or_else(|| {
+                        ModelError::config(
+                            "model_type",
+                            &model_type,
+                            "names no experts for a layer that has them",
+                        )
+                    })?;
                     let at = |name: &str| format!("{}{prefix}{name}", at(""));
-                    let router = self.linear(&at("router"), true, [experts.experts, d])?;
-                    let gate_up = self.tensor::<3>(&at("experts.gate_up_proj"))?;
-                    let gate_up_bias = self.tensor::<2>(&at("experts.gate_up_proj_bias"))?;
-                    let down = self.tensor::<3>(&at("experts.down_proj"))?;
-                    let down_bias = self.tensor::<2>(&at("experts.down_proj_bias"))?;
-                    let experts: MixtureOfExperts =
-                        experts.try_init_with(router, gate_up, gate_up_bias, down, down_bias)?;
-                    FeedForward::Experts(experts)
+                    let bias = experts.bias;
+                    let router = self.linear(&at("router"), bias, [experts.experts, d])?;
+                    let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
+                        let weight = loader.tensor::<3>(&at(name))?;
+                        let bias = match bias {
+                            true => Some(loader.tensor::<2>(&at(&format!("{name}_bias")))?),
+                            false => None,
+                        };
+                        Ok((weight, bias))
+                    };
+                    let gate_up = pair(&mut self, "experts.gate_up_proj")?;
+                    let down = pair(&mut self, "experts.down_proj")?;
+                    let shared = match experts.shared_mlp() {
+                        Some(mlp) => {
+                            let f = mlp.d_ff;
+                            let gate =
+                                self.linear(&at("shared_expert.gate_proj"), false, [f, d])?;
+                            let up = self.linear(&at("shared_expert.up_proj"), false, [f, d])?;
+                            let down =
+                                self.linear(&at("shared_expert.down_proj"), false, [d, f])?;
+                            Some(mlp.try_init_with(Some(gate), up, down)?)
+                        }
+                        None => None,
+                    };
+                    FeedForward::Experts(experts.try_init_with(router, gate_up, down, shared)?)
                 }
-                (names, FeedForwardConfig::Dense(mlp)) => {
+                FeedForwardConfig::Dense(mlp) => {
                     let (f, bias) = (mlp.d_ff, mlp.bias);
-                    let (gate, up, down) = match names {
+                    let (gate, up, down) = match names.mlp {
                         MlpNames::Separate { gate, up, down } => (
                             match (gate, mlp.gated) {
                                 (Some(gate), true) => Some(self.linear(&at(gate), bias, [f, d])?),
@@ -293,16 +316,8 @@ impl<'a> Loader<'a> {
                             };
                             (None, conv(&at(up), [f, d])?, conv(&at(down), [d, f])?)
                         }
-                        MlpNames::Experts { .. } => unreachable!("matched above"),
                     };
                     FeedForward::Dense(mlp.try_init_with(gate, up, down)?)
-                }
-                _ => {
-                    return Err(ModelError::config(
-                        "model_type",
-                        model_type,
-                        "names a feed-forward block that does not match its configuration",
-                    ));
                 }
             };
             blocks.push(Block {

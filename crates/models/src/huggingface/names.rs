@@ -26,7 +26,12 @@ pub(crate) struct TensorNames {
     pub feed_forward_norm: Option<&'static str>,
     pub post_attention_norm: Option<&'static str>,
     pub post_feed_forward_norm: Option<&'static str>,
+    /// The dense MLP's, in the layers that have one.
     pub mlp: MlpNames,
+    /// The prefix of a mixture of experts' tensors, in the layers that have one (gpt-oss's
+    /// `mlp.`, Llama 4's `feed_forward.`): `router`, `experts.gate_up_proj`,
+    /// `experts.down_proj` (and their `_bias`es), `shared_expert.{gate,up,down}_proj`.
+    pub experts: Option<&'static str>,
     pub final_norm: Option<&'static str>,
     /// Outside the base model (`lm_head`, `embed_out`), without `.weight`.
     pub lm_head: Option<&'static str>,
@@ -200,6 +205,4 @@ pub(crate) enum MlpNames {
         up: &'static str,
         down: &'static str,
     },
-    /// gpt-oss's router and experts under this prefix (`mlp.`).
-    Experts { prefix: &'static str },
 }
