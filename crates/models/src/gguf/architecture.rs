@@ -159,6 +159,47 @@ const MPT_LAYER: &[(&str, &str)] = &[
     ("ffn_down", "ffn.down_proj"),
 ];
 
+/// OLMo 2's and 3's layer: QK-norm over the whole projections, norms after each branch only.
+const OLMO2_LAYER: &[(&str, &str)] = &[
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// GLM-4's layer: four norms, fused `gate_up_proj` (llama.cpp's `ffn_up` holds both).
+const GLM4_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("post_attention_norm", "post_self_attn_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_mlp_layernorm"),
+    ("ffn_up", "mlp.gate_up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
+/// Cohere 2's layer: one norm before attention and the MLP side by side.
+const COHERE2_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+];
+
 /// gpt-oss's layer: Llama's attention with sinks and a post-attention norm, routed experts.
 const GPT_OSS_LAYER: &[(&str, &str)] = &[
     ("attn_norm", "input_layernorm"),
@@ -271,6 +312,42 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         layer_tensors: |_| PHI3_LAYER,
         transform: as_stored,
         config: config::phi3,
+    },
+    Architecture {
+        gguf: "smollm3",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| LLAMA_LAYER,
+        transform: permuted_qk,
+        config: config::smollm3,
+    },
+    Architecture {
+        gguf: "olmo2",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| OLMO2_LAYER,
+        transform: as_stored,
+        config: config::olmo2,
+    },
+    Architecture {
+        gguf: "glm4",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GLM4_LAYER,
+        transform: as_stored,
+        config: config::glm4,
+    },
+    Architecture {
+        gguf: "cohere2",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| COHERE2_LAYER,
+        transform: as_stored,
+        config: config::cohere2,
     },
     Architecture {
         gguf: "gemma2",

@@ -301,10 +301,13 @@ fn rope_parameters(
                     )
                 })?;
             rope.insert("original_max_position_embeddings".into(), json!(original));
+            // The converter writes `attention_factor` as `yarn_attn_factor` (OLMo 3); older
+            // files used `attn_factor`.
             for (gguf, hf) in [
                 ("rope.scaling.yarn_beta_fast", "beta_fast"),
                 ("rope.scaling.yarn_beta_slow", "beta_slow"),
                 ("rope.scaling.attn_factor", "attention_factor"),
+                ("rope.scaling.yarn_attn_factor", "attention_factor"),
             ] {
                 if let Some(value) = h.f64(gguf)? {
                     rope.insert(hf.into(), json!(value));
@@ -313,6 +316,10 @@ fn rope_parameters(
             h.refuse(
                 "rope.scaling.yarn_log_multiplier",
                 "is DeepSeek's mscale, which no architecture read here uses",
+            )?;
+            h.refuse(
+                "rope.scaling.yarn_ext_factor",
+                "is an extrapolation factor that no Hugging Face scaling read here has",
             )?;
         }
         other => {
@@ -344,6 +351,70 @@ pub(crate) fn qwen3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
 /// Phi-3: Llama with fused projections and `longrope`.
 pub(crate) fn phi3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     llama_like(h, "phi3")
+}
+
+/// SmolLM3: Llama whose every fourth layer has no position encoding. The file holds no schedule:
+/// llama.cpp fixes `n_no_rope_layer_step` at 4, the published models' interval.
+pub(crate) fn smollm3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "smollm3")?;
+    config.insert("no_rope_layer_interval".into(), json!(4));
+    Ok(config)
+}
+
+/// OLMo 2 and 3 (llama.cpp's `olmo2` holds both): sliding layers per
+/// `attention.sliding_window_pattern` (none without it: OLMo 2), at `rope.freq_base_swa` with no
+/// scaling, the full layers with the file's scaling.
+pub(crate) fn olmo2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "olmo3")?;
+    let layers = h.required("block_count")?;
+    match h.get("attention.sliding_window_pattern") {
+        Some(_) => layer_types(h, &mut config, 1)?,
+        None => {
+            config.insert("layer_types".into(), json!(vec!["full_attention"; layers]));
+        }
+    }
+    let full = config["rope_parameters"].clone();
+    let theta = full["rope_theta"].clone();
+    let local_theta = h.number("rope.freq_base_swa")?.unwrap_or(theta);
+    let mut rope = Map::new();
+    for layer_type in config["layer_types"].as_array().into_iter().flatten() {
+        match layer_type.as_str() {
+            Some("full_attention") => rope.insert("full_attention".into(), full.clone()),
+            _ => rope.insert(
+                "sliding_attention".into(),
+                json!({"rope_type": "default", "rope_theta": local_theta}),
+            ),
+        };
+    }
+    config.insert("rope_parameters".into(), Json::Object(rope));
+    Ok(config)
+}
+
+/// GLM-4: Llama's sizes, partial RoPE from `rope.dimension_count`, q/k/v biases when stored (the
+/// family has none on the output projection, so `llama_like` does not see them).
+pub(crate) fn glm4(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "glm4")?;
+    config.insert(
+        "attention_bias".into(),
+        json!(h.has_tensor("blk.0.attn_q.bias")),
+    );
+    Ok(config)
+}
+
+/// Cohere 2: LayerNorm's epsilon, `logit_scale`, the window; three sliding layers then a full
+/// one (llama.cpp's `set_swa_pattern(4)`; the file holds no pattern). llama.cpp's converter
+/// drops the (zero) biases.
+pub(crate) fn cohere2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "cohere2")?;
+    if let Some(eps) = h.number("attention.layer_norm_epsilon")? {
+        config.insert("layer_norm_eps".into(), eps);
+    }
+    let scale = h.f64("logit_scale")?.ok_or_else(|| {
+        ModelError::input("metadata", h.key("logit_scale"), "is required for cohere2")
+    })?;
+    config.insert("logit_scale".into(), json!(scale));
+    layer_types(h, &mut config, 4)?;
+    Ok(config)
 }
 
 /// Gemma 2: soft-capping from the metadata; the query scale as llama.cpp computes it (the head
