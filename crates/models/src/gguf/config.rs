@@ -373,20 +373,11 @@ pub(crate) fn olmo2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
             config.insert("layer_types".into(), json!(vec!["full_attention"; layers]));
         }
     }
-    let full = config["rope_parameters"].clone();
-    let theta = full["rope_theta"].clone();
-    let local_theta = h.number("rope.freq_base_swa")?.unwrap_or(theta);
-    let mut rope = Map::new();
-    for layer_type in config["layer_types"].as_array().into_iter().flatten() {
-        match layer_type.as_str() {
-            Some("full_attention") => rope.insert("full_attention".into(), full.clone()),
-            _ => rope.insert(
-                "sliding_attention".into(),
-                json!({"rope_type": "default", "rope_theta": local_theta}),
-            ),
-        };
-    }
-    config.insert("rope_parameters".into(), Json::Object(rope));
+    let theta = config["rope_parameters"]["rope_theta"]
+        .as_f64()
+        .unwrap_or(10_000.0);
+    let local_theta = h.f64("rope.freq_base_swa")?.unwrap_or(theta);
+    rope_per_layer_type(&mut config, local_theta);
     Ok(config)
 }
 
@@ -437,10 +428,16 @@ pub(crate) fn gemma3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     softcaps(h, &mut config)?;
     gemma_query_scale(h, &mut config, 62)?;
     layer_types(h, &mut config, 6)?;
-    let full = config["rope_parameters"].clone();
     let local_theta = h.f64("rope.freq_base_swa")?.unwrap_or(10_000.0);
-    // One entry per layer type the model has (the family refuses settings for a type no layer
-    // has, as transformers validates them).
+    rope_per_layer_type(&mut config, local_theta);
+    Ok(config)
+}
+
+/// `rope_parameters` per layer type: the full layers keep the file's (scaling included), the
+/// sliding layers plain RoPE at `local_theta`. One entry per layer type the model has (the
+/// family refuses settings for a type no layer has, as transformers validates them).
+fn rope_per_layer_type(config: &mut Map<String, Json>, local_theta: f64) {
+    let full = config["rope_parameters"].clone();
     let mut rope = Map::new();
     for layer_type in config["layer_types"].as_array().into_iter().flatten() {
         match layer_type.as_str() {
@@ -452,7 +449,6 @@ pub(crate) fn gemma3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
         };
     }
     config.insert("rope_parameters".into(), Json::Object(rope));
-    Ok(config)
 }
 
 fn softcaps(h: &Hparams, config: &mut Map<String, Json>) -> Result<(), ModelError> {
