@@ -94,7 +94,8 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
              num_attention_heads)",
         ));
     }
-    // The experts and the shared expert are SwiGLUs whatever `hidden_act` says.
+    // transformers applies `hidden_act` in every MLP; ours are SwiGLUs (`ExpertMlp::Swiglu`, a
+    // SiLU shared expert), so another activation is refused rather than ignored.
     refuse(
         "hidden_act",
         llama4.hidden_act.as_str(),
