@@ -10,6 +10,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::context::{ContextSettings, Scaling, ScalingResult};
+use crate::report::{draw_legend, line_with_dots};
 
 /// Everything one run of the context study produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,28 +176,14 @@ impl ContextReport {
                 .filter(|l| l.perplexity.is_finite())
                 .map(|l| (log2(l.length), l.perplexity.min(highest)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(draw)?
-                .label(result.scaling.name())
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(
-                    points
-                        .into_iter()
-                        .map(|p| Circle::new(p, 4, color.filled())),
-                )
-                .map_err(draw)?;
+            line_with_dots(
+                &mut chart,
+                points,
+                color.to_rgba(),
+                result.scaling.name().to_owned(),
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(draw)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(draw)?;
         Ok(())
     }

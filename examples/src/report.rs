@@ -209,31 +209,57 @@ impl StudyReport {
                 .iter()
                 .filter_map(|e| e.accuracy.map(|a| (log2(e.length), a)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                .map_err(draw)?
-                .label(result.label())
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(
-                    points
-                        .into_iter()
-                        .map(|p| Circle::new(p, 4, color.filled())),
-                )
-                .map_err(draw)?;
+            line_with_dots(&mut chart, points, color, result.label())?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(draw)?;
+        draw_legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
         root.present().map_err(draw)?;
         Ok(())
     }
+}
+
+/// One labelled line of `points`, with a dot at each, in `color`: a series of the study's plots.
+pub(crate) fn line_with_dots<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    points: Vec<(f64, f64)>,
+    color: RGBAColor,
+    label: String,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let draw = |error: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plotting: {error:?}");
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+        .map_err(draw)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart
+        .draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 4, color.filled())),
+        )
+        .map_err(draw)?;
+    Ok(())
+}
+
+/// The legend of the study's plots, at `position`.
+pub(crate) fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| anyhow::anyhow!("plotting: {error:?}"))
 }
 
 /// One fixed colour per scheme (Okabe and Ito's palette, readable with colour blindness), so that

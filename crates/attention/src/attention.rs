@@ -747,6 +747,16 @@ impl MultiHeadAttention {
             })
         };
         let key_positions = || positions().1.clone();
+        // Chunked attention: each query's chunk against the keys' `[batch, 1, k_len]`, the keys'
+        // made once for every block.
+        let key_chunks = self.config.chunk.map(|chunk| {
+            (
+                chunk,
+                key_positions()
+                    .div_scalar(chunk as i64)
+                    .unsqueeze_dim::<3>(1),
+            )
+        });
         let block = match self.relative_xl {
             Some(_) => q_len,
             None => explicit_block(&q),
@@ -806,14 +816,14 @@ impl MultiHeadAttention {
                 key_padding.clone(),
                 &device,
             );
-            let mask = match self.config.chunk {
-                Some(chunk) => {
-                    let chunk_of = |positions: Tensor<2, Int>| positions.div_scalar(chunk as i64);
-                    let queries = chunk_of(block_positions()).unsqueeze_dim::<3>(2);
-                    let keys = chunk_of(key_positions()).unsqueeze_dim::<3>(1);
+            let mask = match &key_chunks {
+                Some((chunk, keys)) => {
+                    let queries = block_positions()
+                        .div_scalar(*chunk as i64)
+                        .unsqueeze_dim::<3>(2);
                     let other_chunk = queries
                         .expand([batch, rows, k_len])
-                        .not_equal(keys.expand([batch, rows, k_len]))
+                        .not_equal(keys.clone().expand([batch, rows, k_len]))
                         .unsqueeze_dim::<4>(1);
                     Some(match mask {
                         Some(mask) => mask.expand([batch, 1, rows, k_len]).bool_or(other_chunk),

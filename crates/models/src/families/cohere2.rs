@@ -31,16 +31,12 @@ struct Cohere2Config {
     tie_word_embeddings: bool,
     /// The layer types' period in older configs: layer `i` slides unless `(i + 1) % pattern`
     /// is 0.
-    #[serde(default = "four")]
+    #[serde(default = "default::four")]
     sliding_window_pattern: usize,
 }
 
 fn sixteenth() -> f64 {
     0.0625
-}
-
-fn four() -> usize {
-    4
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {

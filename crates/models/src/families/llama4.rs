@@ -45,7 +45,7 @@ struct Llama4Config {
     #[serde(default = "default::yes")]
     use_qk_norm: bool,
     no_rope_layers: Option<Vec<u64>>,
-    #[serde(default = "four")]
+    #[serde(default = "default::four")]
     no_rope_layer_interval: usize,
     #[serde(default = "default::yes")]
     attn_temperature_tuning: bool,
@@ -66,9 +66,6 @@ fn width_16384() -> usize {
 }
 fn sixteen() -> usize {
     16
-}
-fn four() -> usize {
-    4
 }
 fn floor_scale() -> f64 {
     8192.0
@@ -131,7 +128,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         false => "full_attention",
     };
     // The chunk's default (8,192) is Llama 4's, not Llama's: Llama's reader finds it in the file.
-    let file = with_chunk(file, llama4.attention_chunk_size)?;
+    let file = file.with_default("attention_chunk_size", llama4.attention_chunk_size);
     let mut llama = Llama::read_with_default_types(&file, defaults)?;
     llama.norm.eps = llama4.rms_norm_eps;
     let tuning = llama4
@@ -198,13 +195,6 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
         };
     }
     Ok(architecture)
-}
-
-/// `file` with `attention_chunk_size` set (to its own value or Llama 4's default).
-fn with_chunk(file: &HuggingFaceConfig, chunk: usize) -> Result<HuggingFaceConfig, ModelError> {
-    let mut json = file.json().clone();
-    json.insert("attention_chunk_size".into(), chunk.into());
-    HuggingFaceConfig::from_json(&serde_json::Value::Object(json).to_string())
 }
 
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {

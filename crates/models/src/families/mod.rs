@@ -228,6 +228,9 @@ mod default {
     pub fn one() -> usize {
         1
     }
+    pub fn four() -> usize {
+        4
+    }
     pub fn eps_1e_5() -> f64 {
         1e-5
     }

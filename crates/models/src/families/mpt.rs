@@ -22,7 +22,7 @@ struct MptConfig {
     d_model: usize,
     n_heads: usize,
     n_layers: usize,
-    #[serde(default = "four")]
+    #[serde(default = "default::four")]
     expansion_ratio: usize,
     /// No biases on the projections and norms.
     #[serde(default = "default::yes")]
@@ -58,10 +58,6 @@ struct MptAttentionConfig {
     prefix_lm: bool,
     #[serde(default)]
     attn_uses_sequence_id: bool,
-}
-
-fn four() -> usize {
-    4
 }
 
 fn low_precision_layernorm() -> String {

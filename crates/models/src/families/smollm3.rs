@@ -19,17 +19,13 @@ struct SmolLm3Config {
     num_hidden_layers: usize,
     /// One per layer: 1 keeps RoPE, 0 drops it.
     no_rope_layers: Option<Vec<u64>>,
-    #[serde(default = "four")]
+    #[serde(default = "default::four")]
     no_rope_layer_interval: usize,
     #[serde(default)]
     use_sliding_window: bool,
     sliding_window: Option<usize>,
     #[serde(default = "default::yes")]
     tie_word_embeddings: bool,
-}
-
-fn four() -> usize {
-    4
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {

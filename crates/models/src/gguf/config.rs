@@ -366,13 +366,8 @@ pub(crate) fn smollm3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
 /// scaling, the full layers with the file's scaling.
 pub(crate) fn olmo2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     let mut config = llama_like(h, "olmo3")?;
-    let layers = h.required("block_count")?;
-    match h.get("attention.sliding_window_pattern") {
-        Some(_) => layer_types(h, &mut config, 1)?,
-        None => {
-            config.insert("layer_types".into(), json!(vec!["full_attention"; layers]));
-        }
-    }
+    // A period of 1: every layer full without a pattern.
+    layer_types(h, &mut config, 1)?;
     let theta = config["rope_parameters"]["rope_theta"]
         .as_f64()
         .unwrap_or(10_000.0);

@@ -67,6 +67,16 @@ impl HuggingFaceConfig {
             .expect("from_json accepts objects only")
     }
 
+    /// This config with `field` set to `value` where it has none: a family's default for a field
+    /// its parent's reader requires (Llama 4's `attention_chunk_size`).
+    pub(crate) fn with_default(&self, field: &str, value: impl Into<Value>) -> Self {
+        let mut config = self.clone();
+        if let Value::Object(map) = &mut config.json {
+            map.entry(field).or_insert_with(|| value.into());
+        }
+        config
+    }
+
     /// The config read into `T` (a family's serde struct); an error names the field at fault and
     /// its value.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ModelError> {
