@@ -4,13 +4,12 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
 use plotters::coord::combinators::BindKeyPoints;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::context::{ContextSettings, Scaling, ScalingResult};
-use crate::report::{draw_legend, line_with_dots};
+use crate::report::{draw_legend, line_with_dots, write_json_and_csv};
 
 /// Everything one run of the context study produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,13 +94,7 @@ impl ContextReport {
 
     /// Writes `report.json`, `report.csv`, `perplexity.svg` and `passkey.svg` into `folder`.
     pub fn write(&self, folder: &Path) -> anyhow::Result<()> {
-        std::fs::create_dir_all(folder)
-            .with_context(|| format!("creating {}", folder.display()))?;
-        let json = folder.join("report.json");
-        std::fs::write(&json, serde_json::to_string_pretty(self)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-        let csv = folder.join("report.csv");
-        std::fs::write(&csv, self.csv()).with_context(|| format!("writing {}", csv.display()))?;
+        write_json_and_csv(folder, self, self.csv())?;
         self.plot_perplexity(&folder.join("perplexity.svg"))?;
         self.plot_passkeys(&folder.join("passkey.svg"))
     }

@@ -136,13 +136,7 @@ impl StudyReport {
 
     /// Writes `report.json`, `report.csv` and `accuracy.svg` into `folder`.
     pub fn write(&self, folder: &Path) -> anyhow::Result<()> {
-        std::fs::create_dir_all(folder)
-            .with_context(|| format!("creating {}", folder.display()))?;
-        let json = folder.join("report.json");
-        std::fs::write(&json, serde_json::to_string_pretty(self)?)
-            .with_context(|| format!("writing {}", json.display()))?;
-        let csv = folder.join("report.csv");
-        std::fs::write(&csv, self.csv()).with_context(|| format!("writing {}", csv.display()))?;
+        write_json_and_csv(folder, self, self.csv())?;
         self.plot(&folder.join("accuracy.svg"))
     }
 
@@ -215,6 +209,20 @@ impl StudyReport {
         root.present().map_err(draw)?;
         Ok(())
     }
+}
+
+/// Creates `folder` and writes `report.json` (`report`, pretty-printed) and `report.csv` into it.
+pub(crate) fn write_json_and_csv(
+    folder: &Path,
+    report: &impl Serialize,
+    csv: String,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(folder).with_context(|| format!("creating {}", folder.display()))?;
+    let json = folder.join("report.json");
+    std::fs::write(&json, serde_json::to_string_pretty(report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    let path = folder.join("report.csv");
+    std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))
 }
 
 /// One labelled line of `points`, with a dot at each, in `color`: a series of the study's plots.
