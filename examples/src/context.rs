@@ -416,7 +416,7 @@ impl Study<'_> {
                 let unscaled = base
                     .blocks
                     .iter()
-                    .filter_map(|block| block.attention.rope.as_ref())
+                    .filter_map(|block| block.attention.rope())
                     .all(|rope| rope.config().scaling.is_none());
                 let mut lengths = match (as_trained, unscaled) {
                     (Some(as_trained), true) => {

@@ -53,10 +53,11 @@ pub fn decoder_config(
     };
     // Burn's `LayerNormConfig` default, which the study's published numbers were trained with.
     let norm = NormConfig::new(d_model, NormKind::Layer, 1e-5);
+    let attention = MultiHeadAttentionConfig::new(d_model, n_heads)
+        .with_causal(true)
+        .with_positional(positional);
     let block = BlockConfig::new(
-        MultiHeadAttentionConfig::new(d_model, n_heads)
-            .with_causal(true)
-            .with_positional(positional),
+        attention.clone().into(),
         BlockLayout::PreNorm,
         norm.clone(),
         FeedForwardConfig::Dense(
@@ -67,7 +68,10 @@ pub fn decoder_config(
     let shared_relative_bias = scheme == Scheme::T5;
     if shared_relative_bias {
         for block in blocks.iter_mut().skip(1) {
-            block.attention.positional = PositionalScheme::None;
+            block.attention = attention
+                .clone()
+                .with_positional(PositionalScheme::None)
+                .into();
         }
     }
     TransformerConfig::new(vocab_size, d_model, blocks)

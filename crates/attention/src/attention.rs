@@ -1149,7 +1149,7 @@ impl MultiHeadAttention {
     }
 }
 
-fn load_linear(
+pub(crate) fn load_linear(
     weights: LinearWeights,
     name: &'static str,
     shape: [usize; 2],

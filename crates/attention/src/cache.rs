@@ -16,6 +16,11 @@ use crate::error::AttentionError;
 /// keeps only the last `window` keys: what no later query can see is dropped by moving the start
 /// of the held rows, and the rows are moved back to the front of the storage only when it runs
 /// out, so a decoding step there costs `O(window)` and the storage stays under twice the window.
+///
+/// Multi-head latent attention ([`MultiHeadLatentAttention`](crate::MultiHeadLatentAttention))
+/// stores its compressed rows in the same cache: the normed latent `[batch, 1, len, kv_rank]` in
+/// place of keys and the shared RoPE key `[batch, 1, len, rope_dim]` in place of values, so
+/// values may be narrower or wider than keys.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     /// `[batch, kv_heads, capacity, head_dim]`, rotated; rows `start .. start + kept` are held.
@@ -124,11 +129,14 @@ impl KvCache {
     }
 
     /// Floats allocated for keys and values together, `2 * batch * kv_heads * capacity *
-    /// head_dim`: the cache's memory, in the model's float type.
+    /// head_dim` (`batch * capacity * (kv_rank + rope_dim)` for latent attention): the cache's
+    /// memory, in the model's float type.
     pub fn storage_floats(&self) -> usize {
-        self.keys
-            .as_ref()
-            .map_or(0, |keys| 2 * keys.dims().iter().product::<usize>())
+        [&self.keys, &self.values]
+            .into_iter()
+            .flatten()
+            .map(|storage| storage.dims().iter().product::<usize>())
+            .sum()
     }
 
     /// `[batch]`, how many of the tokens seen in each row were not padding: where a row's next
@@ -258,10 +266,18 @@ impl KvCache {
         window: Option<usize>,
     ) -> Result<CachedKeys, AttentionError> {
         let [batch, kv_heads, new, head_dim] = keys.dims();
+        // Latent attention's values (its RoPE keys) are not as wide as its keys (its latents).
+        let value_dim = values.dims()[3];
         let (past, kept) = (self.len(), self.kept);
-        if let Some(storage) = &self.keys {
+        if let (Some(storage), Some(value_storage)) = (&self.keys, &self.values) {
             let [cached_batch, cached_heads, _, cached_dim] = storage.dims();
-            if [cached_batch, cached_heads, cached_dim] != [batch, kv_heads, head_dim] {
+            let cached = [
+                cached_batch,
+                cached_heads,
+                cached_dim,
+                value_storage.dims()[3],
+            ];
+            if cached != [batch, kv_heads, head_dim, value_dim] {
                 return Err(AttentionError::input(
                     "x.dims()[0]",
                     batch,
@@ -289,7 +305,8 @@ impl KvCache {
             false => held.checked_mul(2),
         };
         if new_storage {
-            let storage = capacity.map(|capacity| [batch, kv_heads, capacity, head_dim]);
+            let storage =
+                capacity.map(|capacity| [batch, kv_heads, capacity, head_dim.max(value_dim)]);
             let why = match storage {
                 Some(storage) => unallocatable(&storage, 4, &device),
                 None => Some("overflows usize rows".to_owned()),
@@ -334,24 +351,25 @@ impl KvCache {
 
         if new_storage {
             let capacity = capacity.expect("checked above");
-            let grow = |storage: Option<Tensor<4>>| {
-                let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, head_dim], &device);
+            let grow = |storage: Option<Tensor<4>>, dim: usize| {
+                let fresh = Tensor::<4>::empty([batch, kv_heads, capacity, dim], &device);
                 match storage {
                     Some(old) if kept > 0 => fresh.slice_assign(
-                        [0..batch, 0..kv_heads, 0..kept, 0..head_dim],
+                        [0..batch, 0..kv_heads, 0..kept, 0..dim],
                         old.narrow(2, self.start, kept),
                     ),
                     _ => fresh,
                 }
             };
-            self.keys = Some(grow(self.keys.take()));
-            self.values = Some(grow(self.values.take()));
+            self.keys = Some(grow(self.keys.take(), head_dim));
+            self.values = Some(grow(self.values.take(), value_dim));
             self.start = 0;
         }
         let rows = self.start + kept..self.start + held;
         let write = |storage: Option<Tensor<4>>, new_rows: Tensor<4>| {
             storage.map(|storage| {
-                storage.slice_assign([0..batch, 0..kv_heads, rows.clone(), 0..head_dim], new_rows)
+                let dim = new_rows.dims()[3];
+                storage.slice_assign([0..batch, 0..kv_heads, rows.clone(), 0..dim], new_rows)
             })
         };
         self.keys = write(self.keys.take(), keys);

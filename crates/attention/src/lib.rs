@@ -1,7 +1,9 @@
 //! Multi-head attention for [Burn](https://burn.dev) that takes any positional scheme from the
 //! `positional` crate: RoPE (every layout and scaling), ALiBi, T5's relative bias, xPos, multi-axis
 //! RoPE, Transformer-XL's relative attention with its segment memory, or none (NoPE), with grouped and
-//! multi-query key/value heads, causal and padding masks, and a KV cache for decoding.
+//! multi-query key/value heads, causal and padding masks, and a KV cache for decoding; and
+//! DeepSeek's multi-head latent attention ([`MultiHeadLatentAttention`]), whose cache holds one
+//! latent and one RoPE key per token.
 //!
 //! Absolute encodings (sinusoidal, learned) are added to the token embeddings before the first
 //! block; attention then runs with [`PositionalScheme::None`]:
@@ -40,6 +42,7 @@ mod cache;
 mod config;
 pub mod error;
 mod kernels;
+mod latent;
 mod paths;
 mod relative_xl;
 
@@ -49,6 +52,10 @@ pub use config::{
     MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,
 };
 pub use error::AttentionError;
+pub use latent::{
+    LatentAttentionWeights, LatentQuery, LatentQueryWeights, LowRankQuery,
+    MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+};
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};
 pub use relative_xl::RelativeXl;

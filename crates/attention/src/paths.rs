@@ -16,6 +16,10 @@ pub struct PathCounts {
     pub tiled: usize,
     /// Every score, bias and mask spelled out.
     pub explicit: usize,
+    /// Latent attention with every key and value rebuilt from the latents.
+    pub latent_expanded: usize,
+    /// Latent attention with the expansion folded into the queries and the context.
+    pub latent_absorbed: usize,
 }
 
 thread_local! {

@@ -126,6 +126,10 @@ DEFAULT_ATTENTION = ("model.layers.{i}.self_attn",) * 2
 # Checkpoints
 
 
+# Buffers that `save_pretrained` writes and the forward pass reads, perturbed like parameters.
+PERTURBED_BUFFERS = ("e_score_correction_bias",)
+
+
 def perturb(model, seed):
     """Adds N(0, WEIGHT_NOISE^2) to every parameter.
 
@@ -138,6 +142,11 @@ def perturb(model, seed):
         # named_parameters() lists a tied weight once, so it is perturbed once
         for _, parameter in model.named_parameters():
             parameter.add_(WEIGHT_NOISE * torch.randn(parameter.shape, generator=generator))
+        # Saved buffers that weigh in the computation, drawn after the parameters (which keep
+        # their draws): DeepSeek's bias of the experts' choosing scores starts at 0.
+        for name, buffer in model.named_buffers():
+            if name.endswith(PERTURBED_BUFFERS):
+                buffer.add_(WEIGHT_NOISE * torch.randn(buffer.shape, generator=generator))
 
 
 def build_model(entry):

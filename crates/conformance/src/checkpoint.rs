@@ -9,7 +9,9 @@ use std::path::Path;
 
 use attention::AttentionInputs;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use models::huggingface::{Checkpoint, HuggingFaceConfig, load_layer_from, load_relative_bias};
+use models::huggingface::{
+    Checkpoint, HuggingFaceConfig, load_relative_bias, load_self_attention_from,
+};
 use models::{GenerationConfig, ModelInputs, PositionIds};
 use serde_json::{Map, Value};
 
@@ -121,7 +123,7 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
             .and_then(Value::as_f64)
             .ok_or(format!("layers[{i}].tolerance must be a number"))?;
 
-        let attention = load_layer_from(&config, &mut checkpoint, index, device)
+        let attention = load_self_attention_from(&config, &mut checkpoint, index, device)
             .map_err(|e| format!("layer {index}: {e}"))?;
         let x = Tensor::<3>::from_data(
             TensorData::new(
@@ -140,7 +142,7 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
             inputs = inputs.with_bias(bias.clone());
         }
         let got = attention
-            .try_forward(x, inputs)
+            .try_forward(x, inputs, None)
             .map_err(|e| format!("layer {index}: {e}"))?
             .into_data()
             .convert::<f64>()

@@ -1,10 +1,14 @@
 //! One transformer layer: attention and a feed-forward block, each with its residual, in one of
 //! the arrangements the families use.
 
-use attention::{AttentionInputs, KvCache, MultiHeadAttention, MultiHeadAttentionConfig};
+use attention::{
+    AttentionInputs, KvCache, MultiHeadAttention, MultiHeadAttentionConfig,
+    MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+};
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
+use positional::{RotaryEncoding, RotaryEncodingConfig};
 
 use crate::error::ModelError;
 use crate::experts::{MixtureOfExperts, MixtureOfExpertsConfig};
@@ -39,6 +43,205 @@ impl BlockLayout {
             Self::PostBranchNorm => [false, false, true, true],
             Self::ParallelSharedNorm => [true, false, false, false],
         }
+    }
+}
+
+/// The attention half of a block.
+#[derive(Config, Debug)]
+pub enum SelfAttentionConfig {
+    /// Multi-head attention (MHA, GQA, MQA) with any positional scheme: every family but
+    /// DeepSeek's.
+    MultiHead(MultiHeadAttentionConfig),
+    /// Multi-head latent attention (DeepSeek V2 and V3).
+    Latent(MultiHeadLatentAttentionConfig),
+}
+
+impl From<MultiHeadAttentionConfig> for SelfAttentionConfig {
+    fn from(config: MultiHeadAttentionConfig) -> Self {
+        Self::MultiHead(config)
+    }
+}
+
+impl From<MultiHeadLatentAttentionConfig> for SelfAttentionConfig {
+    fn from(config: MultiHeadLatentAttentionConfig) -> Self {
+        Self::Latent(config)
+    }
+}
+
+impl SelfAttentionConfig {
+    /// Model width.
+    pub fn d_model(&self) -> usize {
+        match self {
+            Self::MultiHead(config) => config.d_model,
+            Self::Latent(config) => config.d_model,
+        }
+    }
+
+    /// The multi-head attention's configuration, unless this is latent attention.
+    pub fn multi_head(&self) -> Option<&MultiHeadAttentionConfig> {
+        match self {
+            Self::MultiHead(config) => Some(config),
+            Self::Latent(_) => None,
+        }
+    }
+
+    /// [`multi_head`](Self::multi_head), to change.
+    pub fn multi_head_mut(&mut self) -> Option<&mut MultiHeadAttentionConfig> {
+        match self {
+            Self::MultiHead(config) => Some(config),
+            Self::Latent(_) => None,
+        }
+    }
+
+    /// RoPE's configuration, when the layer rotates by it.
+    pub fn rope(&self) -> Option<&RotaryEncodingConfig> {
+        match self {
+            Self::MultiHead(config) => match &config.positional {
+                attention::PositionalScheme::Rope(rope) => Some(rope),
+                _ => None,
+            },
+            Self::Latent(config) => Some(&config.rope),
+        }
+    }
+
+    /// This configuration with `rope` in place of its RoPE (a layer without RoPE is left as it
+    /// is).
+    pub fn with_rope(self, rope: RotaryEncodingConfig) -> Self {
+        match self {
+            Self::MultiHead(config) => match config.positional {
+                attention::PositionalScheme::Rope(_) => {
+                    Self::MultiHead(config.with_positional(attention::PositionalScheme::Rope(rope)))
+                }
+                _ => Self::MultiHead(config),
+            },
+            Self::Latent(config) => Self::Latent(MultiHeadLatentAttentionConfig { rope, ..config }),
+        }
+    }
+
+    /// Floats a token takes in this layer's cache: keys and values, or latent attention's latent
+    /// and RoPE key.
+    pub fn cached_floats_per_token(&self) -> usize {
+        match self {
+            Self::MultiHead(config) => 2 * config.kv_heads() * config.head_dim(),
+            Self::Latent(config) => config.cached_floats_per_token(),
+        }
+    }
+
+    /// The projections' weights (biases left out); `None` when the count overflows `usize`.
+    pub fn weight_count(&self) -> Option<usize> {
+        match self {
+            Self::MultiHead(config) => {
+                let widths = (config.n_heads.checked_mul(2)?)
+                    .checked_add(config.kv_heads().checked_mul(2)?)?
+                    .checked_mul(config.head_dim())?;
+                widths.checked_mul(config.d_model)
+            }
+            Self::Latent(config) => {
+                let (d, heads) = (config.d_model, config.n_heads);
+                let q_width = heads.checked_mul(config.qk_dim())?;
+                let query = match config.query_rank {
+                    None => d.checked_mul(q_width)?,
+                    Some(rank) => rank.checked_mul(d.checked_add(q_width)?)?,
+                };
+                let kv_down = d.checked_mul(config.cached_floats_per_token())?;
+                let kv_up = config
+                    .kv_rank
+                    .checked_mul(heads.checked_mul(config.nope_dim + config.value_dim)?)?;
+                let output = heads.checked_mul(config.value_dim)?.checked_mul(d)?;
+                query
+                    .checked_add(kv_down)?
+                    .checked_add(kv_up)?
+                    .checked_add(output)
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), ModelError> {
+        match self {
+            Self::MultiHead(config) => config.validate()?,
+            Self::Latent(config) => config.validate()?,
+        }
+        Ok(())
+    }
+
+    fn try_init(&self, device: &Device) -> Result<SelfAttention, ModelError> {
+        Ok(match self {
+            Self::MultiHead(config) => SelfAttention::MultiHead(config.try_init(device)?),
+            Self::Latent(config) => SelfAttention::Latent(config.try_init(device)?),
+        })
+    }
+}
+
+/// The attention module of a [`Block`].
+// One per layer, built once: the variants' sizes do not matter (and Burn's `Module` derive does
+// not box).
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum SelfAttention {
+    /// Multi-head attention.
+    MultiHead(MultiHeadAttention),
+    /// Multi-head latent attention.
+    Latent(MultiHeadLatentAttention),
+}
+
+impl SelfAttention {
+    /// The multi-head attention, unless this is latent attention.
+    pub fn multi_head(&self) -> Option<&MultiHeadAttention> {
+        match self {
+            Self::MultiHead(attention) => Some(attention),
+            Self::Latent(_) => None,
+        }
+    }
+
+    /// The latent attention, unless this is multi-head attention.
+    pub fn latent(&self) -> Option<&MultiHeadLatentAttention> {
+        match self {
+            Self::MultiHead(_) => None,
+            Self::Latent(attention) => Some(attention),
+        }
+    }
+
+    /// RoPE, when the layer rotates by it.
+    pub fn rope(&self) -> Option<&RotaryEncoding> {
+        match self {
+            Self::MultiHead(attention) => attention.rope.as_ref(),
+            Self::Latent(attention) => Some(&attention.rope),
+        }
+    }
+
+    /// [`rope`](Self::rope), to change (layers that share a setting share one table).
+    pub(crate) fn rope_mut(&mut self) -> Option<&mut RotaryEncoding> {
+        match self {
+            Self::MultiHead(attention) => attention.rope.as_mut(),
+            Self::Latent(attention) => Some(&mut attention.rope),
+        }
+    }
+
+    /// This module with its RoPE replaced by `rope`, the weights kept.
+    pub fn try_with_rope(self, rope: RotaryEncodingConfig) -> Result<Self, ModelError> {
+        Ok(match self {
+            Self::MultiHead(attention) => Self::MultiHead(attention.try_with_rope(rope)?),
+            Self::Latent(attention) => Self::Latent(attention.try_with_rope(rope)?),
+        })
+    }
+
+    /// Self-attention of `x` `[batch, seq, d_model]`, through `cache` when given.
+    pub fn try_forward(
+        &self,
+        x: Tensor<3>,
+        inputs: AttentionInputs,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor<3>, ModelError> {
+        Ok(match (self, cache) {
+            (Self::MultiHead(attention), Some(cache)) => {
+                attention.try_forward_cached(x, inputs, cache)?
+            }
+            (Self::MultiHead(attention), None) => attention.try_forward(x, inputs)?,
+            (Self::Latent(attention), Some(cache)) => {
+                attention.try_forward_cached(x, inputs, cache)?
+            }
+            (Self::Latent(attention), None) => attention.try_forward(x, inputs)?,
+        })
     }
 }
 
@@ -95,7 +298,7 @@ impl FeedForward {
 #[derive(Config, Debug)]
 pub struct BlockConfig {
     /// The attention.
-    pub attention: MultiHeadAttentionConfig,
+    pub attention: SelfAttentionConfig,
     /// Norm and residual arrangement.
     pub layout: BlockLayout,
     /// Every norm of the block (they share kind and epsilon in every family).
@@ -135,7 +338,7 @@ impl BlockConfig {
 #[derive(Module, Debug)]
 pub struct Block {
     /// Self-attention.
-    pub attention: MultiHeadAttention,
+    pub attention: SelfAttention,
     /// `n1`: the norm before attention (before both branches in `ParallelSharedNorm`), or after
     /// its residual (`PostNorm`). [`BlockLayout::norms`] says which of the four a layout has.
     pub attention_norm: Option<Norm>,
@@ -161,10 +364,7 @@ impl Block {
         inputs: AttentionInputs,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor<3>, ModelError> {
-        let attend = |h: Tensor<3>| match cache {
-            Some(cache) => self.attention.try_forward_cached(h, inputs, cache),
-            None => self.attention.try_forward(h, inputs),
-        };
+        let attend = |h: Tensor<3>| self.attention.try_forward(h, inputs, cache);
         // A norm the layout lacks is the identity: `Block`s are built by `try_init` or the
         // loaders, which give each layout exactly its norms (`BlockLayout::norms`).
         let n1 = |y| norm_or_identity(&self.attention_norm, y);

@@ -8,6 +8,11 @@
 //! - Llama 4 (Meta's Llama 4 model card, 2025): the sigmoid of each of the token's `top_k` scores
 //!   scales the expert's *input*; each expert is a bias-free SwiGLU, gate columns first; a shared
 //!   expert (a dense MLP) sees every token and its output is added.
+//! - DeepSeek V3 (DeepSeek-AI, 2024, section 2.1.2): sigmoid scores, plus a per-expert bias
+//!   (`e_score_correction_bias`) for choosing only; the experts are chosen among the best
+//!   `topk_group` of `n_group` groups (each group ranked by the sum of its two best biased
+//!   scores), their unbiased scores normalised to sum to 1 and multiplied by
+//!   `routed_scaling_factor`; bias-free SwiGLU experts and shared experts as Llama 4's.
 //!
 //! Every expert runs on every token and the routing weights are zero outside each token's top
 //! `k` (a zero input to a bias-free expert gives zero): the same numbers as transformers'
@@ -30,6 +35,19 @@ pub enum Routing {
     SoftmaxOfTopK,
     /// Llama 4: the sigmoid of each of the token's `top_k` scores multiplies the expert's input.
     SigmoidScalesInput,
+    /// DeepSeek V3: the `top_k` best of the biased sigmoid scores within the best `top_groups`
+    /// of `groups` groups of consecutive experts weigh the experts' outputs by their sigmoid
+    /// scores, normalised to sum to 1 when `normalize`, times `scale`.
+    SigmoidGroupLimited {
+        /// Groups of experts (`n_group`).
+        groups: usize,
+        /// Groups a token's experts are chosen from (`topk_group`).
+        top_groups: usize,
+        /// Whether the chosen scores are divided by their sum (`norm_topk_prob`).
+        normalize: bool,
+        /// Multiplies the weights (`routed_scaling_factor`).
+        scale: f64,
+    },
 }
 
 /// What one expert computes.
@@ -68,7 +86,7 @@ pub struct MixtureOfExpertsConfig {
     #[config(default = true)]
     pub bias: bool,
     /// The hidden width of a shared expert, a gated SiLU MLP every token goes through too
-    /// (Llama 4). Defaults to none.
+    /// (Llama 4; DeepSeek's `n_shared_experts` of them in one MLP). Defaults to none.
     #[config(default = "None")]
     pub shared_d_ff: Option<usize>,
 }
@@ -113,7 +131,57 @@ impl MixtureOfExpertsConfig {
         if let Some(shared) = &self.shared_mlp() {
             shared.validate()?;
         }
+        if let Routing::SigmoidGroupLimited {
+            groups,
+            top_groups,
+            scale,
+            ..
+        } = self.routing
+        {
+            // transformers ranks each group by its two best scores (`topk(2)`).
+            if groups == 0 || !self.experts.is_multiple_of(groups) || self.experts / groups < 2 {
+                return Err(ModelError::config(
+                    "n_group",
+                    groups,
+                    format!(
+                        "must divide n_routed_experts ({}) into groups of at least 2",
+                        self.experts
+                    ),
+                ));
+            }
+            if top_groups == 0 || top_groups > groups {
+                return Err(ModelError::config(
+                    "topk_group",
+                    top_groups,
+                    format!("must be between 1 and n_group ({groups})"),
+                ));
+            }
+            let choosable = top_groups * (self.experts / groups);
+            if self.top_k > choosable {
+                return Err(ModelError::config(
+                    "num_experts_per_tok",
+                    self.top_k,
+                    format!(
+                        "must be at most the experts of topk_group groups ({choosable}): more \
+                         would choose among excluded experts"
+                    ),
+                ));
+            }
+            if !scale.is_finite() || scale.abs() > f32::MAX as f64 {
+                return Err(ModelError::config(
+                    "routed_scaling_factor",
+                    scale,
+                    "must be a finite number in f32's range",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the router has a per-expert bias of the scores that choose (DeepSeek's
+    /// `e_score_correction_bias`).
+    pub fn has_score_bias(&self) -> bool {
+        matches!(self.routing, Routing::SigmoidGroupLimited { .. })
     }
 
     /// The shared expert's configuration, when there is one.
@@ -126,10 +194,12 @@ impl MixtureOfExpertsConfig {
     /// Builds the block from a checkpoint's tensors: `router` (`[experts, d_model]` in
     /// PyTorch's layout, a bias with `bias`), `gate_up_proj` `[experts, d_model, 2 d_ff]`,
     /// `down_proj` `[experts, d_ff, d_model]`, with `bias` their biases `[experts, 2 d_ff]` and
-    /// `[experts, d_model]`, and the shared expert when configured.
+    /// `[experts, d_model]`, DeepSeek's score bias `[experts]` exactly when
+    /// [`has_score_bias`](Self::has_score_bias), and the shared expert when configured.
     pub fn try_init_with(
         &self,
         router: Linear,
+        score_bias: Option<Tensor<1>>,
         (gate_up, gate_up_bias): (Tensor<3>, Option<Tensor<2>>),
         (down, down_bias): (Tensor<3>, Option<Tensor<2>>),
         shared: Option<Mlp>,
@@ -154,6 +224,16 @@ impl MixtureOfExpertsConfig {
         }
         if let Some(bias) = &down_bias {
             shapes.push(("experts.down_proj_bias", bias.dims().to_vec(), vec![e, d]));
+        }
+        if let Some(bias) = &score_bias {
+            shapes.push(("e_score_correction_bias", bias.dims().to_vec(), vec![e]));
+        }
+        if score_bias.is_some() != self.has_score_bias() {
+            return Err(ModelError::input(
+                "e_score_correction_bias",
+                score_bias.is_some(),
+                "must be given exactly when the routing is DeepSeek's",
+            ));
         }
         for (name, got, want) in shapes {
             if got != want {
@@ -186,6 +266,7 @@ impl MixtureOfExpertsConfig {
         }
         Ok(MixtureOfExperts {
             router,
+            score_bias: score_bias.map(Param::from_tensor),
             gate_up: Param::from_tensor(gate_up),
             gate_up_bias: gate_up_bias.map(Param::from_tensor),
             down: Param::from_tensor(down),
@@ -209,6 +290,7 @@ impl MixtureOfExpertsConfig {
             burn::nn::LinearConfig::new(d, e)
                 .with_bias(self.bias)
                 .init(device),
+            self.has_score_bias().then(|| Tensor::zeros([e], device)),
             (Tensor::zeros([e, d, 2 * f], device), bias([e, 2 * f])),
             (Tensor::zeros([e, f, d], device), bias([e, d])),
             self.shared_mlp()
@@ -223,6 +305,8 @@ impl MixtureOfExpertsConfig {
 pub struct MixtureOfExperts {
     /// `d_model -> experts`.
     pub router: Linear,
+    /// `[experts]`, DeepSeek's bias of the scores that choose the experts (not of the weights).
+    pub score_bias: Option<Param<Tensor<1>>>,
     /// `[experts, d_model, 2 d_ff]`: gate and up columns interleaved (gpt-oss) or the gate's
     /// first (Llama 4).
     pub gate_up: Param<Tensor<3>>,
@@ -244,9 +328,18 @@ pub struct MixtureOfExperts {
 
 impl MixtureOfExperts {
     /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores
-    /// (gpt-oss) or their sigmoids (Llama 4), zero elsewhere.
+    /// (gpt-oss), their sigmoids (Llama 4), or DeepSeek's group-limited choice; zero elsewhere.
     pub fn routing(&self, x: Tensor<2>) -> Tensor<2> {
         let scores = self.router.forward(x);
+        if let Routing::SigmoidGroupLimited {
+            groups,
+            top_groups,
+            normalize,
+            scale,
+        } = self.routing
+        {
+            return self.group_limited(sigmoid(scores), groups, top_groups, normalize, scale);
+        }
         let threshold = scores
             .clone()
             .sort_descending(1)
@@ -254,9 +347,55 @@ impl MixtureOfExperts {
         let outside = scores.clone().lower(threshold);
         let scores = scores.mask_fill(outside, f32::NEG_INFINITY);
         match self.routing {
-            Routing::SoftmaxOfTopK => softmax(scores, 1),
             Routing::SigmoidScalesInput => sigmoid(scores),
+            _ => softmax(scores, 1),
         }
+    }
+
+    /// DeepSeek V3's weights from the sigmoid scores `[tokens, experts]`: groups ranked by the
+    /// sum of their two best biased scores, the `top_k` best biased scores of the best
+    /// `top_groups` groups chosen, their unbiased scores weighing.
+    fn group_limited(
+        &self,
+        scores: Tensor<2>,
+        groups: usize,
+        top_groups: usize,
+        normalize: bool,
+        scale: f64,
+    ) -> Tensor<2> {
+        let [tokens, experts] = scores.dims();
+        let per_group = experts / groups;
+        let choice = match &self.score_bias {
+            Some(bias) => scores.clone() + bias.val().unsqueeze::<2>(),
+            None => scores.clone(),
+        };
+        let group_scores = choice
+            .clone()
+            .reshape([tokens, groups, per_group])
+            .sort_descending(2)
+            .narrow(2, 0, 2)
+            .sum_dim(2)
+            .reshape([tokens, groups]);
+        let group_threshold = group_scores
+            .clone()
+            .sort_descending(1)
+            .narrow(1, top_groups - 1, 1);
+        let excluded = group_scores
+            .lower(group_threshold)
+            .reshape([tokens, groups, 1])
+            .expand([tokens, groups, per_group])
+            .reshape([tokens, experts]);
+        let choice = choice.mask_fill(excluded, f32::NEG_INFINITY);
+        let threshold = choice
+            .clone()
+            .sort_descending(1)
+            .narrow(1, self.top_k - 1, 1);
+        let weights = scores.mask_fill(choice.lower(threshold), 0.0);
+        let weights = match normalize {
+            true => weights.clone() / weights.sum_dim(1).add_scalar(1e-20),
+            false => weights,
+        };
+        weights * scale
     }
 
     /// # Shapes
@@ -270,9 +409,10 @@ impl MixtureOfExperts {
         // [experts, tokens, 1]
         let weights = self.routing(rows.clone()).transpose().unsqueeze_dim::<3>(2);
         let inputs = rows.unsqueeze::<3>().expand([experts, tokens, d_model]);
-        let inputs = match self.routing {
-            Routing::SigmoidScalesInput => inputs * weights.clone(),
-            Routing::SoftmaxOfTopK => inputs,
+        let scales_input = self.routing == Routing::SigmoidScalesInput;
+        let inputs = match scales_input {
+            true => inputs * weights.clone(),
+            false => inputs,
         };
         // [experts, tokens, 2 d_ff]: every expert on every token.
         let mut gate_up = inputs.matmul(self.gate_up.val());
@@ -302,10 +442,10 @@ impl MixtureOfExperts {
         if let Some(bias) = &self.down_bias {
             out = out + bias.val().unsqueeze_dim::<3>(1);
         }
-        let out = match self.routing {
+        let out = match scales_input {
             // Weighted sum over experts: [experts, tokens, d] * [experts, tokens, 1].
-            Routing::SoftmaxOfTopK => out * weights,
-            Routing::SigmoidScalesInput => out,
+            false => out * weights,
+            true => out,
         };
         let routed = out.sum_dim(0).reshape([batch, seq, d_model]);
         match &self.shared {
@@ -355,6 +495,7 @@ mod tests {
                     [e, d],
                 )
                 .unwrap(),
+                None,
                 (
                     Tensor::from_data(t(&gu, vec![e, d, 2 * f]), device),
                     Some(Tensor::from_data(t(&gub, vec![e, 2 * f]), device)),
@@ -457,6 +598,7 @@ mod tests {
         let block = config
             .try_init_with(
                 linear("router", &rw, [e, d]),
+                None,
                 (
                     Tensor::from_data(tensor(&gu, vec![e, d, 2 * f]), device),
                     None,
@@ -514,6 +656,7 @@ mod tests {
         let err = config
             .try_init_with(
                 biased,
+                None,
                 (Tensor::zeros([e, d, 2 * f], device), None),
                 (Tensor::zeros([e, f, d], device), None),
                 None,
@@ -523,4 +666,103 @@ mod tests {
         assert!(err.contains("`router.bias`"), "{err}");
     }
     for_each_backend!(llama4_experts_match_a_token_by_token_loop);
+
+    /// DeepSeek V3's router against transformers' `DeepseekV3TopkRouter` written out on the
+    /// host: biased scores rank groups by their two best, the best groups' best experts are
+    /// chosen, and their unbiased sigmoid scores, normalised or not, times the scale weigh them.
+    fn deepseek_routing_matches_transformers_router(device: &Device) {
+        let (e, d, groups, top_groups, k) = (8usize, 3usize, 4usize, 2usize, 3usize);
+        let host = |len: usize| {
+            let t = Tensor::<1>::random([len], Distribution::Normal(0.0, 1.0), device);
+            floats(&t.into_data())
+        };
+        let (rw, bias, xs) = (host(e * d), host(e), host(7 * d));
+        for normalize in [true, false] {
+            let config = MixtureOfExpertsConfig::new(d, 2, e, k)
+                .with_routing(Routing::SigmoidGroupLimited {
+                    groups,
+                    top_groups,
+                    normalize,
+                    scale: 2.5,
+                })
+                .with_expert(ExpertMlp::Swiglu)
+                .with_bias(false);
+            let router = linear_from_pytorch(
+                "gate",
+                Tensor::from_data(TensorData::new(rw.clone(), [e, d]), device),
+                None,
+                [e, d],
+            )
+            .unwrap();
+            let block = config
+                .try_init_with(
+                    router,
+                    Some(Tensor::from_data(
+                        TensorData::new(bias.clone(), [e]),
+                        device,
+                    )),
+                    (Tensor::zeros([e, d, 4], device), None),
+                    (Tensor::zeros([e, 2, d], device), None),
+                    None,
+                )
+                .unwrap();
+            let mut want = Vec::new();
+            for x in xs.chunks(d) {
+                let scores: Vec<f32> = (0..e)
+                    .map(|j| (0..d).map(|i| x[i] * rw[j * d + i]).sum::<f32>())
+                    .map(|s| 1.0 / (1.0 + (-s).exp()))
+                    .collect();
+                let choice: Vec<f32> = scores.iter().zip(&bias).map(|(s, b)| s + b).collect();
+                let per = e / groups;
+                let mut group_order: Vec<usize> = (0..groups).collect();
+                let group_score = |g: usize| {
+                    let mut members = choice[g * per..(g + 1) * per].to_vec();
+                    members.sort_by(|a, b| b.total_cmp(a));
+                    members[0] + members[1]
+                };
+                group_order.sort_by(|a, b| group_score(*b).total_cmp(&group_score(*a)));
+                let kept = &group_order[..top_groups];
+                let mut order: Vec<usize> = (0..e).filter(|j| kept.contains(&(j / per))).collect();
+                order.sort_by(|a, b| choice[*b].total_cmp(&choice[*a]));
+                let chosen = &order[..k];
+                let sum: f32 = chosen.iter().map(|&j| scores[j]).sum::<f32>() + 1e-20;
+                want.extend((0..e).map(|j| match chosen.contains(&j) {
+                    true if normalize => scores[j] / sum * 2.5,
+                    true => scores[j] * 2.5,
+                    false => 0.0,
+                }));
+            }
+            let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [7, d]), device);
+            assert_close(&block.routing(x).into_data(), &want, 1e-5);
+        }
+    }
+    for_each_backend!(deepseek_routing_matches_transformers_router);
+
+    #[test]
+    fn deepseek_routing_sizes_are_checked() {
+        let routing = |groups, top_groups| Routing::SigmoidGroupLimited {
+            groups,
+            top_groups,
+            normalize: true,
+            scale: 1.0,
+        };
+        for (groups, top_groups, k, want) in [
+            (3, 1, 1, "`n_group` = 3"),
+            (
+                8,
+                1,
+                1,
+                "`n_group` = 8: must divide n_routed_experts (8) into groups of at least 2",
+            ),
+            (4, 5, 1, "`topk_group` = 5"),
+            (4, 1, 3, "`num_experts_per_tok` = 3"),
+        ] {
+            let config =
+                MixtureOfExpertsConfig::new(4, 2, 8, k).with_routing(routing(groups, top_groups));
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        let ok = MixtureOfExpertsConfig::new(4, 2, 8, 4).with_routing(routing(4, 2));
+        assert!(ok.validate().is_ok());
+    }
 }

@@ -448,7 +448,7 @@ mod tests {
         let d = 8;
         let vocab = 40_000;
         let block = crate::block::BlockConfig::new(
-            tiny_attention(PositionalScheme::None),
+            tiny_attention(PositionalScheme::None).into(),
             crate::block::BlockLayout::PreNorm,
             crate::norm::NormConfig::new(d, crate::norm::NormKind::Rms, 1e-6),
             crate::block::FeedForwardConfig::Dense(crate::mlp::MlpConfig::new(

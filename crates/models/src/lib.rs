@@ -43,10 +43,13 @@ pub mod scoring;
 pub mod sentence;
 pub mod transformer;
 
-pub use block::{Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig};
+pub use block::{
+    Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig, SelfAttention,
+    SelfAttentionConfig,
+};
 pub use chat::{ChatTemplate, Message};
 pub use error::ModelError;
-pub use experts::{MixtureOfExperts, MixtureOfExpertsConfig};
+pub use experts::{ExpertMlp, MixtureOfExperts, MixtureOfExpertsConfig, Routing};
 pub use generate::{GenerationConfig, Step};
 pub use gguf::from_gguf;
 pub use huggingface::{architecture, from_checkpoint, from_pretrained};

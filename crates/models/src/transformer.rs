@@ -164,10 +164,10 @@ impl TransformerConfig {
         }
         for (i, block) in self.blocks.iter().enumerate() {
             block.validate()?;
-            if block.attention.d_model != self.d_model {
+            if block.attention.d_model() != self.d_model {
                 return Err(ModelError::config(
                     format!("blocks[{i}].attention.d_model"),
-                    block.attention.d_model,
+                    block.attention.d_model(),
                     format!("must equal d_model ({})", self.d_model),
                 ));
             }
@@ -196,10 +196,12 @@ impl TransformerConfig {
             ));
         }
         if self.shared_relative_bias
-            && !matches!(
-                self.blocks[0].attention.positional,
-                PositionalScheme::Relative(_)
-            )
+            && !self.blocks[0]
+                .attention
+                .multi_head()
+                .is_some_and(|attention| {
+                    matches!(attention.positional, PositionalScheme::Relative(_))
+                })
         {
             return Err(ModelError::config(
                 "shared_relative_bias",
@@ -227,18 +229,14 @@ impl TransformerConfig {
             })?
             .checked_mul(d)?;
         self.blocks.iter().try_fold(tables, |total, block| {
-            let attention = &block.attention;
-            let head_dim = attention.head_dim();
-            let widths = (attention.n_heads.checked_mul(2)?)
-                .checked_add(attention.kv_heads().checked_mul(2)?)?
-                .checked_mul(head_dim)?;
+            let attention = block.attention.weight_count()?;
             let mlp = match &block.feed_forward {
                 FeedForwardConfig::Dense(mlp) => mlp.d_ff.checked_mul(3)?,
                 FeedForwardConfig::Experts(experts) => {
                     experts.experts.checked_mul(experts.d_ff)?.checked_mul(3)?
                 }
             };
-            total.checked_add(widths.checked_add(mlp)?.checked_mul(d)?)
+            total.checked_add(attention.checked_add(mlp.checked_mul(d)?)?)
         })
     }
 
@@ -433,12 +431,12 @@ impl Transformer {
     ) -> Result<Self, ModelError> {
         let mut replaced = 0;
         for (block, config) in self.blocks.iter_mut().zip(&mut self.config.blocks) {
-            let Some(rope) = &block.attention.rope else {
+            let Some(rope) = block.attention.rope() else {
                 continue;
             };
             let rope = rope.config().clone().with_scaling(scaling.clone());
             block.attention = block.attention.clone().try_with_rope(rope.clone())?;
-            config.attention.positional = PositionalScheme::Rope(rope);
+            config.attention = config.attention.clone().with_rope(rope);
             replaced += 1;
         }
         if replaced == 0 {
@@ -687,9 +685,15 @@ impl Transformer {
 
         let shared_bias = match self.config.shared_relative_bias {
             true => {
-                let relative = self.blocks[0].attention.relative.as_ref().ok_or_else(|| {
-                    ModelError::config("shared_relative_bias", true, "no relative bias in layer 0")
-                })?;
+                let relative = (self.blocks[0].attention.multi_head())
+                    .and_then(|attention| attention.relative.as_ref())
+                    .ok_or_else(|| {
+                        ModelError::config(
+                            "shared_relative_bias",
+                            true,
+                            "no relative bias in layer 0",
+                        )
+                    })?;
                 // The keys are the cache's and the new ones: queries at `past ..`, keys from
                 // the first one the cache holds.
                 let (first_key, keys) = first_cache.map_or((0, seq), |cache| {
@@ -755,7 +759,7 @@ impl Transformer {
         // Per-token positions are read back once, for every setting.
         let mut read: Option<Vec<i64>> = None;
         for block in &self.blocks {
-            let Some(rope) = &block.attention.rope else {
+            let Some(rope) = block.attention.rope() else {
                 per_layer.push(None);
                 continue;
             };
@@ -800,7 +804,10 @@ impl Transformer {
         let mut computed: Vec<(&Alibi, Tensor<4>)> = Vec::new();
         let mut per_layer = Vec::with_capacity(self.blocks.len());
         for (i, block) in self.blocks.iter().enumerate() {
-            let attention = &block.attention;
+            let Some(attention) = block.attention.multi_head() else {
+                per_layer.push(None);
+                continue;
+            };
             let (Some(positions), Some(alibi), None) = (
                 positions,
                 &attention.alibi,
@@ -844,7 +851,7 @@ impl Transformer {
 pub(crate) fn share_rope_tables(blocks: &mut [Block]) {
     let mut distinct: Vec<RotaryEncoding> = Vec::new();
     for block in blocks {
-        let Some(rope) = &mut block.attention.rope else {
+        let Some(rope) = block.attention.rope_mut() else {
             continue;
         };
         match distinct
@@ -946,7 +953,9 @@ pub(crate) mod tests {
     fn config(vocab_size: usize, layers: usize) -> TransformerConfig {
         let d = 4;
         let block = BlockConfig::new(
-            MultiHeadAttentionConfig::new(d, 2).with_n_kv_heads(Some(1)),
+            MultiHeadAttentionConfig::new(d, 2)
+                .with_n_kv_heads(Some(1))
+                .into(),
             crate::block::BlockLayout::PreNorm,
             NormConfig::new(d, NormKind::Rms, 1e-6),
             FeedForwardConfig::Dense(MlpConfig::new(d, 8, Activation::Silu).with_gated(true)),
@@ -987,7 +996,7 @@ pub(crate) mod tests {
             .into_iter()
             .map(|attention| {
                 BlockConfig::new(
-                    attention,
+                    attention.into(),
                     crate::block::BlockLayout::PreNorm,
                     NormConfig::new(d, NormKind::Rms, 1e-6),
                     FeedForwardConfig::Dense(MlpConfig::new(d, 16, Activation::Silu)),
@@ -1059,15 +1068,7 @@ pub(crate) mod tests {
             1e-5,
         );
         // Sharing the tables kept each layer its own setting.
-        let rope = |i: usize| {
-            model.blocks[i]
-                .attention
-                .rope
-                .as_ref()
-                .unwrap()
-                .config()
-                .theta
-        };
+        let rope = |i: usize| model.blocks[i].attention.rope().unwrap().config().theta;
         assert_eq!([rope(0), rope(1), rope(3)], [1e4, 1e6, 1e4]);
     }
     for_each_backend!(shared_rotary_angles_equal_each_layer_s_own);
@@ -1101,8 +1102,9 @@ pub(crate) mod tests {
                 .unwrap();
             let mut config = model.config().clone();
             for block in &mut config.blocks {
-                if let PositionalScheme::Rope(rope) = &mut block.attention.positional {
-                    rope.scaling = Some(scaling.clone());
+                if let Some(rope) = block.attention.rope() {
+                    let rope = rope.clone().with_scaling(Some(scaling.clone()));
+                    block.attention = block.attention.clone().with_rope(rope);
                 }
             }
             assert_eq!(scaled.config().to_string(), config.to_string());
@@ -1120,15 +1122,7 @@ pub(crate) mod tests {
                 .map(|(w, p)| (w - p).abs())
                 .fold(0.0, f32::max);
             assert!(moved > 1e-4, "{scaling:?} changed nothing ({moved})");
-            let theta = |i: usize| {
-                scaled.blocks[i]
-                    .attention
-                    .rope
-                    .as_ref()
-                    .unwrap()
-                    .config()
-                    .theta
-            };
+            let theta = |i: usize| scaled.blocks[i].attention.rope().unwrap().config().theta;
             assert_eq!([theta(0), theta(2)], [1e4, 1e2]);
         }
         let no_rope = tiny_decoder([tiny_attention(PositionalScheme::None)], device);

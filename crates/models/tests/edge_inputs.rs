@@ -14,10 +14,12 @@
 
 use std::path::PathBuf;
 
-use attention::PositionalScheme;
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData, bf16, f16};
 use models::huggingface::{Checkpoint, HuggingFaceConfig, load_layer, load_learned_positions};
-use models::{ModelInputs, Transformer, architecture, from_checkpoint, from_pretrained};
+use models::{
+    BlockConfig, ModelInputs, SelfAttentionConfig, Transformer, architecture, from_checkpoint,
+    from_pretrained,
+};
 use positional::RopeScaling;
 use positional::testing::{edge_integer, floats, for_each_backend, names_a_field, proptest_config};
 use proptest::prelude::*;
@@ -218,15 +220,18 @@ fn logits_or_named_error(
     // a shorter length keep their rotation, as they do in transformers, so only the other
     // schemes give the whole pass's logits through the cache.
     let length_dependent = model.config().blocks.iter().any(|b| {
-        matches!(
-            &b.attention.positional,
-            PositionalScheme::Rope(rope) if matches!(
+        b.attention.rope().is_some_and(|rope| {
+            matches!(
                 rope.scaling,
                 Some(RopeScaling::Dynamic { .. } | RopeScaling::LongRope { .. })
             )
-        )
+        })
     });
-    if !length_dependent && model.config().blocks.iter().all(|b| b.attention.causal) {
+    let causal = |b: &BlockConfig| match &b.attention {
+        SelfAttentionConfig::MultiHead(attention) => attention.causal,
+        SelfAttentionConfig::Latent(attention) => attention.causal,
+    };
+    if !length_dependent && model.config().blocks.iter().all(causal) {
         let mut caches = model.new_caches();
         let mut stepped = Vec::new();
         for chunk in [&tokens[..3], &tokens[3..4], &tokens[4..5], &tokens[5..]] {

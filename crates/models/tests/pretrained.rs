@@ -299,8 +299,8 @@ fn records_round_trip(device: &Device) {
         );
         for (a, b) in loaded.blocks.iter().zip(&model.blocks) {
             assert_eq!(
-                bits(a.attention.query.weight.val()),
-                bits(b.attention.query.weight.val())
+                bits(a.attention.multi_head().unwrap().query.weight.val()),
+                bits(b.attention.multi_head().unwrap().query.weight.val())
             );
         }
         // Loaded weights are PyTorch's transposed views, reloaded ones contiguous: the products

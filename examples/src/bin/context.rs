@@ -72,7 +72,7 @@ fn main() -> anyhow::Result<()> {
         .model
         .blocks
         .iter()
-        .find_map(|block| block.attention.rope.as_ref())
+        .find_map(|block| block.attention.rope())
         .with_context(|| {
             format!(
                 "{} ({}) has no RoPE layer: the study compares RoPE scalings",

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use crate::block::FeedForwardConfig;
 use crate::error::ModelError;
 use crate::experts::{ExpertMlp, MixtureOfExpertsConfig};
-use crate::huggingface::{HuggingFaceConfig, TensorNames};
+use crate::huggingface::{ExpertNames, HuggingFaceConfig, TensorNames};
 use crate::transformer::TransformerConfig;
 
 use super::llama::{self, Llama};
@@ -53,6 +53,6 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
     let mut names = llama::names(file)?;
     names.attention.sinks = Some("self_attn.sinks".into());
-    names.experts = Some("mlp.");
+    names.experts = Some(ExpertNames::fused("mlp."));
     Ok(names)
 }

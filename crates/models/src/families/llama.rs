@@ -225,7 +225,7 @@ impl Llama {
             .into_iter()
             .map(|attention| {
                 BlockConfig::new(
-                    attention,
+                    attention.into(),
                     self.layout,
                     self.norm.clone(),
                     self.feed_forward.clone(),

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::block::FeedForwardConfig;
 use crate::error::ModelError;
 use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
-use crate::huggingface::{HuggingFaceConfig, MlpNames, TensorNames};
+use crate::huggingface::{ExpertNames, HuggingFaceConfig, MlpNames, TensorNames};
 use crate::mlp::{Activation, MlpConfig};
 use crate::transformer::TransformerConfig;
 
@@ -204,7 +204,7 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
             up: "feed_forward.up_proj",
             down: "feed_forward.down_proj",
         },
-        experts: Some("feed_forward."),
+        experts: Some(ExpertNames::fused("feed_forward.")),
         ..llama::names(file)?
     })
 }

@@ -10,6 +10,7 @@
 mod bert;
 mod bloom;
 mod cohere2;
+mod deepseek_v3;
 mod gemma2;
 mod gemma3;
 mod glm4;
@@ -57,7 +58,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 20] = [
+const FAMILIES: [Entry; 21] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -73,6 +74,7 @@ const FAMILIES: [Entry; 20] = [
     entry("olmo3", olmo3::names, olmo3::architecture),
     entry("glm4", glm4::names, glm4::architecture),
     entry("cohere2", cohere2::names, cohere2::architecture),
+    entry("deepseek_v3", deepseek_v3::names, deepseek_v3::architecture),
     entry("gpt_neox", gpt_neox::names, gpt_neox::architecture),
     entry("gpt2", gpt2::names, gpt2::architecture),
     entry("bloom", bloom::names, bloom::architecture),
@@ -191,7 +193,7 @@ fn dense_blocks(
 ) -> Result<Vec<BlockConfig>, ModelError> {
     per_layer(layers, |layer| {
         Ok(BlockConfig::new(
-            attention(layer),
+            attention(layer).into(),
             layout,
             norm.clone(),
             FeedForwardConfig::Dense(mlp.clone()),

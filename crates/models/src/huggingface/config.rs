@@ -15,6 +15,9 @@ use crate::error::ModelError;
 pub struct HuggingFaceConfig {
     json: Value,
     model_type: String,
+    /// The top-level fields the file sets to `null`: where a family's default differs from
+    /// `None` (DeepSeek's `q_lora_rank`), null and absent mean different things.
+    nulls: Vec<String>,
 }
 
 impl HuggingFaceConfig {
@@ -32,6 +35,13 @@ impl HuggingFaceConfig {
                 "must be a JSON object",
             ));
         }
+        let nulls = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, value)| value.is_null())
+            .map(|(key, _)| key.clone())
+            .collect();
         let json = without_nulls(value);
         let model_type = match json.get("model_type") {
             None => String::new(),
@@ -44,7 +54,11 @@ impl HuggingFaceConfig {
                 ));
             }
         };
-        Ok(Self { json, model_type })
+        Ok(Self {
+            json,
+            model_type,
+            nulls,
+        })
     }
 
     /// Reads `config.json` in `dir`.
@@ -75,6 +89,22 @@ impl HuggingFaceConfig {
             map.entry(field).or_insert_with(|| value.into());
         }
         config
+    }
+
+    /// This config with `field` set to `value` whatever it holds: a value the family's code
+    /// derives and overrides (DeepSeek's `head_dim`, always `qk_rope_head_dim`).
+    pub(crate) fn with_value(&self, field: &str, value: impl Into<Value>) -> Self {
+        let mut config = self.clone();
+        if let Value::Object(map) = &mut config.json {
+            map.insert(field.to_owned(), value.into());
+        }
+        config.nulls.retain(|null| null != field);
+        config
+    }
+
+    /// Whether the file sets the top-level `field` to `null` (which reads as absent otherwise).
+    pub(crate) fn is_null(&self, field: &str) -> bool {
+        self.nulls.iter().any(|null| null == field)
     }
 
     /// The config read into `T` (a family's serde struct); an error names the field at fault and

@@ -12,14 +12,19 @@ use burn::tensor::{Device, Tensor};
 use positional::LearnedPositionalEmbeddingConfig;
 
 use super::Checkpoint;
-use super::names::{AttentionNames, FusedOrder, MlpNames, ProjectionLayout, TensorNames};
-use crate::block::{Block, FeedForward, FeedForwardConfig};
+use super::names::{
+    AttentionNames, ExpertTensors, FusedOrder, MlpNames, ProjectionLayout, TensorNames,
+};
+use crate::block::{Block, FeedForward, FeedForwardConfig, SelfAttention, SelfAttentionConfig};
 use crate::error::ModelError;
 use crate::families::Family;
 use crate::mlp::linear_from_pytorch;
 use crate::norm::{Norm, NormConfig};
 use crate::transformer::{AbsolutePositions, AbsolutePositionsConfig, OutputHead, Transformer};
-use attention::{LinearWeights, MultiHeadAttention, MultiHeadAttentionConfig};
+use attention::{
+    LatentAttentionWeights, LatentQueryWeights, LinearWeights, MultiHeadAttention,
+    MultiHeadAttentionConfig, MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+};
 
 /// The model `family` describes, from `checkpoint`.
 pub(super) fn model(
@@ -39,6 +44,26 @@ pub(super) fn attention(
     device: &Device,
 ) -> Result<MultiHeadAttention, ModelError> {
     Loader::new(checkpoint, names, layer, device)?.attention(names, layer, config)
+}
+
+/// Layer `layer`'s latent attention under the family's `names`, built from `config`.
+pub(super) fn latent_attention(
+    names: &TensorNames,
+    layer: usize,
+    config: MultiHeadLatentAttentionConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<MultiHeadLatentAttention, ModelError> {
+    let loader = Loader::new(checkpoint, names, layer, device)?;
+    let prefix = loader.rooted(&names.layer(layer));
+    load_latent_layer(
+        &names.attention,
+        &prefix,
+        &names.ignored,
+        config,
+        loader.checkpoint,
+        device,
+    )
 }
 
 /// The learned absolute positions of `family`, if it has them.
@@ -210,7 +235,22 @@ impl<'a> Loader<'a> {
         for (i, block) in architecture.blocks.iter().enumerate() {
             let prefix = self.rooted(&names.layer(i));
             let at = |name: &str| format!("{prefix}{name}");
-            let attention = self.attention(names, i, block.attention.clone())?;
+            let attention = match &block.attention {
+                SelfAttentionConfig::MultiHead(config) => {
+                    SelfAttention::MultiHead(self.attention(names, i, config.clone())?)
+                }
+                SelfAttentionConfig::Latent(config) => {
+                    let prefix = self.rooted(&names.layer(i));
+                    SelfAttention::Latent(load_latent_layer(
+                        &names.attention,
+                        &prefix,
+                        &names.ignored,
+                        config.clone(),
+                        self.checkpoint,
+                        self.device,
+                    )?)
+                }
+            };
             let norm = |loader: &mut Self, name: Option<&str>| {
                 name.map(|name| loader.norm(&at(name), &block.norm))
                     .transpose()
@@ -242,39 +282,69 @@ impl<'a> Loader<'a> {
                 (post_attention_norm?, post_feed_forward_norm?);
             let feed_forward = match &block.feed_forward {
                 FeedForwardConfig::Experts(experts) => {
-                    let prefix = names.experts.ok_or_else(|| {
+                    let expert_names = names.experts.ok_or_else(|| {
                         ModelError::config(
                             "model_type",
                             &model_type,
                             "names no experts for a layer that has them",
                         )
                     })?;
-                    let at = |name: &str| format!("{}{prefix}{name}", at(""));
-                    let bias = experts.bias;
-                    let router = self.linear(&at("router"), bias, [experts.experts, d])?;
-                    let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
-                        let weight = loader.tensor::<3>(&at(name))?;
-                        let bias = match bias {
-                            true => Some(loader.tensor::<2>(&at(&format!("{name}_bias")))?),
-                            false => None,
-                        };
-                        Ok((weight, bias))
+                    let at = |name: &str| format!("{}{}{name}", at(""), expert_names.prefix);
+                    let (bias, e, f) = (experts.bias, experts.experts, experts.d_ff);
+                    let router = self.linear(&at(expert_names.router), bias, [e, d])?;
+                    let score_bias = match (expert_names.score_bias, experts.has_score_bias()) {
+                        (Some(name), true) => Some(self.tensor::<1>(&at(name))?),
+                        _ => None,
                     };
-                    let gate_up = pair(&mut self, "experts.gate_up_proj")?;
-                    let down = pair(&mut self, "experts.down_proj")?;
+                    let (gate_up, down) = match expert_names.experts {
+                        ExpertTensors::Fused => {
+                            let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
+                                let weight = loader.tensor::<3>(&at(name))?;
+                                let bias = match bias {
+                                    true => Some(loader.tensor::<2>(&at(&format!("{name}_bias")))?),
+                                    false => None,
+                                };
+                                Ok((weight, bias))
+                            };
+                            (
+                                pair(&mut self, "experts.gate_up_proj")?,
+                                pair(&mut self, "experts.down_proj")?,
+                            )
+                        }
+                        ExpertTensors::PerExpert => {
+                            // Burn's [in, out] weights, stacked: the gate's columns, then up's.
+                            let (mut gate_ups, mut downs) = (Vec::new(), Vec::new());
+                            for expert in 0..e {
+                                let mut linear = |name: &str, shape: [usize; 2]| {
+                                    let name = at(&format!("experts.{expert}.{name}"));
+                                    self.linear(&name, bias, shape)
+                                        .map(|linear| linear.weight.val().unsqueeze::<3>())
+                                };
+                                let gate = linear("gate_proj", [f, d])?;
+                                let up = linear("up_proj", [f, d])?;
+                                gate_ups.push(Tensor::cat(vec![gate, up], 2));
+                                downs.push(linear("down_proj", [d, f])?);
+                            }
+                            (
+                                (Tensor::cat(gate_ups, 0), None),
+                                (Tensor::cat(downs, 0), None),
+                            )
+                        }
+                    };
                     let shared = match experts.shared_mlp() {
                         Some(mlp) => {
                             let f = mlp.d_ff;
-                            let gate =
-                                self.linear(&at("shared_expert.gate_proj"), false, [f, d])?;
-                            let up = self.linear(&at("shared_expert.up_proj"), false, [f, d])?;
-                            let down =
-                                self.linear(&at("shared_expert.down_proj"), false, [d, f])?;
+                            let shared = |name: &str| at(&format!("{}{name}", expert_names.shared));
+                            let gate = self.linear(&shared("gate_proj"), false, [f, d])?;
+                            let up = self.linear(&shared("up_proj"), false, [f, d])?;
+                            let down = self.linear(&shared("down_proj"), false, [d, f])?;
                             Some(mlp.try_init_with(Some(gate), up, down)?)
                         }
                         None => None,
                     };
-                    FeedForward::Experts(experts.try_init_with(router, gate_up, down, shared)?)
+                    FeedForward::Experts(
+                        experts.try_init_with(router, score_bias, gate_up, down, shared)?,
+                    )
                 }
                 FeedForwardConfig::Dense(mlp) => {
                     let (f, bias) = (mlp.d_ff, mlp.bias);
@@ -447,6 +517,14 @@ pub fn load_layer_with(
             )?;
             (q, k, v, linear(&at(output), config.output_bias)?)
         }
+        ProjectionLayout::Latent { .. } => {
+            return Err(ModelError::config(
+                "projections",
+                "latent",
+                "are latent attention's: load them with the whole model (multi-head attention \
+                 has no latent)",
+            ));
+        }
         ProjectionLayout::Conv1D { qkv, output } => {
             // Conv1D stores [in, out]: the transpose is nn.Linear's layout.
             let conv = |weights: LinearWeights| LinearWeights {
@@ -484,6 +562,74 @@ pub fn load_layer_with(
         let table = checkpoint.tensor::<2>(&at(name), device)?;
         attention.relative = Some(relative.config().try_init_with_weight(table)?);
     }
+    let scopes: Vec<String> = names.scopes.iter().map(|scope| at(scope)).collect();
+    let unread = checkpoint.unread(&scopes, ignored);
+    if !unread.is_empty() {
+        return Err(ModelError::input(
+            "checkpoint",
+            unread,
+            "holds tensors of this attention layer that its configuration does not use",
+        ));
+    }
+    Ok(attention)
+}
+
+/// Loads the latent attention layer whose tensors `names` gives under `prefix` into a module
+/// built from `config`; every tensor under the names' scopes must be read, except those ending
+/// in one of `ignored`.
+fn load_latent_layer(
+    names: &AttentionNames,
+    prefix: &str,
+    ignored: &[&str],
+    config: MultiHeadLatentAttentionConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<MultiHeadLatentAttention, ModelError> {
+    let ProjectionLayout::Latent {
+        query,
+        query_latent: [query_down, query_norm, query_up],
+        kv_latent: [kv_down, kv_norm, kv_up],
+        output,
+    } = &names.projections
+    else {
+        return Err(ModelError::config(
+            "projections",
+            format!("{:?}", names.projections),
+            "must be latent attention's for a latent attention layer",
+        ));
+    };
+    let at = |name: &str| format!("{prefix}{name}");
+    let bias = config.bias;
+    let linear = |checkpoint: &mut Checkpoint, name: &str, bias: bool| {
+        let weight = checkpoint.tensor::<2>(&format!("{}.weight", at(name)), device)?;
+        let bias = match bias {
+            true => Some(checkpoint.tensor::<1>(&format!("{}.bias", at(name)), device)?),
+            false => None,
+        };
+        Ok::<_, ModelError>(LinearWeights { weight, bias })
+    };
+    let norm = |checkpoint: &mut Checkpoint, name: &str| {
+        checkpoint.tensor::<1>(&format!("{}.weight", at(name)), device)
+    };
+    let query = match config.query_rank {
+        None => LatentQueryWeights::Direct(linear(checkpoint, query, false)?),
+        Some(_) => LatentQueryWeights::LowRank {
+            down: linear(checkpoint, query_down, bias)?,
+            norm: norm(checkpoint, query_norm)?,
+            up: linear(checkpoint, query_up, false)?,
+        },
+    };
+    let weights = LatentAttentionWeights {
+        query,
+        kv_down: linear(checkpoint, kv_down, bias)?,
+        kv_norm: norm(checkpoint, kv_norm)?,
+        kv_up: linear(checkpoint, kv_up, false)?,
+        output: linear(checkpoint, output, bias)?,
+    };
+    let attention = config
+        .try_init(device)?
+        .try_with_pytorch_weights(weights)
+        .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
     let scopes: Vec<String> = names.scopes.iter().map(|scope| at(scope)).collect();
     let unread = checkpoint.unread(&scopes, ignored);
     if !unread.is_empty() {

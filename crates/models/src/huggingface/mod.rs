@@ -10,6 +10,7 @@
 //! | `bloom`, `mpt` | ALiBi; fused projections |
 //! | `bert` | bidirectional, `self.query/key/value` and `output.dense` |
 //! | `t5` | unscaled scores, the relative bias table in layer 0 and shared by the rest |
+//! | `deepseek_v3` | multi-head latent attention (`q_a_proj` / `q_b_proj` or `q_proj`, `kv_a_proj_with_mqa`, `kv_b_proj`), YaRN's `mscale_all_dim` on the scores |
 //!
 //! Loading is strict: every tensor a module needs must be present with its shape, and a tensor
 //! that nothing reads (a bias the config does not expect, another task's head) is an error that
@@ -27,7 +28,7 @@ pub use config::HuggingFaceConfig;
 pub use import::load_attention_safetensors;
 pub use load::load_layer_with;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
-pub(crate) use names::{MlpNames, TensorNames};
+pub(crate) use names::{ExpertNames, ExpertTensors, MlpNames, TensorNames};
 pub(crate) use rope::rope_configs_of_types;
 pub use rope::{multi_axis_rope_config, rope_config, rope_configs, rope_scaling};
 
@@ -37,6 +38,7 @@ use attention::{MultiHeadAttention, MultiHeadAttentionConfig};
 use burn::tensor::{Device, FloatDType};
 use positional::{LearnedPositionalEmbedding, RelativePositionBias};
 
+use crate::block::{SelfAttention, SelfAttentionConfig};
 use crate::error::ModelError;
 use crate::families::{family, names as family_names};
 use crate::transformer::{AbsolutePositions, Transformer, TransformerConfig};
@@ -88,11 +90,11 @@ impl HuggingFaceConfig {
     }
 }
 
-/// Layer `layer`'s attention configuration of `architecture`.
-fn layer_attention(
+/// Layer `layer`'s attention configuration of `architecture`, multi-head or latent.
+fn layer_self_attention(
     architecture: TransformerConfig,
     layer: usize,
-) -> Result<MultiHeadAttentionConfig, ModelError> {
+) -> Result<SelfAttentionConfig, ModelError> {
     let mut blocks = architecture.blocks;
     if layer >= blocks.len() {
         return Err(ModelError::input(
@@ -102,6 +104,21 @@ fn layer_attention(
         ));
     }
     Ok(blocks.swap_remove(layer).attention)
+}
+
+/// Layer `layer`'s multi-head attention configuration of `architecture`.
+fn layer_attention(
+    architecture: TransformerConfig,
+    layer: usize,
+) -> Result<MultiHeadAttentionConfig, ModelError> {
+    match layer_self_attention(architecture, layer)? {
+        SelfAttentionConfig::MultiHead(config) => Ok(config),
+        SelfAttentionConfig::Latent(_) => Err(ModelError::input(
+            "layer",
+            layer,
+            "is a latent attention layer, which loads with its whole model (`from_pretrained`)",
+        )),
+    }
 }
 
 /// Loads layer `layer`'s attention of the checkpoint in `dir` (`config.json` and
@@ -127,6 +144,33 @@ pub fn load_layer_from(
     let family = family(config)?;
     let attention = layer_attention(family.architecture, layer)?;
     load::attention(&family.names, layer, attention, checkpoint, device)
+}
+
+/// Loads layer `layer`'s attention from an open checkpoint, multi-head or latent (DeepSeek), with
+/// the family's names.
+pub fn load_self_attention_from(
+    config: &HuggingFaceConfig,
+    checkpoint: &mut Checkpoint,
+    layer: usize,
+    device: &Device,
+) -> Result<SelfAttention, ModelError> {
+    let family = family(config)?;
+    Ok(match layer_self_attention(family.architecture, layer)? {
+        SelfAttentionConfig::MultiHead(attention) => SelfAttention::MultiHead(load::attention(
+            &family.names,
+            layer,
+            attention,
+            checkpoint,
+            device,
+        )?),
+        SelfAttentionConfig::Latent(attention) => SelfAttention::Latent(load::latent_attention(
+            &family.names,
+            layer,
+            attention,
+            checkpoint,
+            device,
+        )?),
+    })
 }
 
 /// An error naming `num_hidden_layers` unless the checkpoint holds the attention of every layer

@@ -28,10 +28,8 @@ pub(crate) struct TensorNames {
     pub post_feed_forward_norm: Option<&'static str>,
     /// The dense MLP's, in the layers that have one.
     pub mlp: MlpNames,
-    /// The prefix of a mixture of experts' tensors, in the layers that have one (gpt-oss's
-    /// `mlp.`, Llama 4's `feed_forward.`): `router`, `experts.gate_up_proj`,
-    /// `experts.down_proj` (and their `_bias`es), `shared_expert.{gate,up,down}_proj`.
-    pub experts: Option<&'static str>,
+    /// A mixture of experts' tensors, in the layers that have one.
+    pub experts: Option<ExpertNames>,
     pub final_norm: Option<&'static str>,
     /// Outside the base model (`lm_head`, `embed_out`), without `.weight`.
     pub lm_head: Option<&'static str>,
@@ -100,6 +98,18 @@ pub enum ProjectionLayout {
         qkv: String,
         /// How its output rows are ordered.
         order: FusedOrder,
+        /// The output projection.
+        output: String,
+    },
+    /// Multi-head latent attention (DeepSeek): `q_proj`, or `q_a_proj`, `q_a_layernorm` and
+    /// `q_b_proj`; `kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`, `o_proj`.
+    Latent {
+        /// The query's one projection (`q_proj`), when it has no latent.
+        query: String,
+        /// The query latent's down projection, norm and up projection.
+        query_latent: [String; 3],
+        /// The key/value latent's down projection (with the RoPE key), norm and up projection.
+        kv_latent: [String; 3],
         /// The output projection.
         output: String,
     },
@@ -181,9 +191,52 @@ impl AttentionNames {
         let first = match &self.projections {
             ProjectionLayout::Separate { query, .. } => query,
             ProjectionLayout::Fused { qkv, .. } | ProjectionLayout::Conv1D { qkv, .. } => qkv,
+            // Present whatever form the query takes.
+            ProjectionLayout::Latent { kv_latent, .. } => &kv_latent[0],
         };
         format!("{first}.weight")
     }
+}
+
+/// A mixture of experts' tensors, relative to its layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpertNames {
+    /// Before every name below: `mlp.` (gpt-oss, DeepSeek), `feed_forward.` (Llama 4).
+    pub prefix: &'static str,
+    /// The router's `nn.Linear`: `router` (gpt-oss, Llama 4), `gate` (DeepSeek).
+    pub router: &'static str,
+    /// DeepSeek's per-expert bias of the scores that choose (`gate.e_score_correction_bias`).
+    pub score_bias: Option<&'static str>,
+    /// How the experts' weights are stored.
+    pub experts: ExpertTensors,
+    /// The shared expert's `gate_proj`, `up_proj` and `down_proj` are under this:
+    /// `shared_expert.` (Llama 4), `shared_experts.` (DeepSeek).
+    pub shared: &'static str,
+}
+
+impl ExpertNames {
+    /// gpt-oss's and Llama 4's names under `prefix`: `router`, fused `experts.gate_up_proj` and
+    /// `experts.down_proj`, `shared_expert.`.
+    pub fn fused(prefix: &'static str) -> Self {
+        Self {
+            prefix,
+            router: "router",
+            score_bias: None,
+            experts: ExpertTensors::Fused,
+            shared: "shared_expert.",
+        }
+    }
+}
+
+/// How a mixture of experts stores its experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExpertTensors {
+    /// `experts.gate_up_proj` `[experts, d_model, 2 d_ff]` and `experts.down_proj` `[experts,
+    /// d_ff, d_model]`, and their `_bias`es (gpt-oss, Llama 4).
+    Fused,
+    /// One `nn.Linear` per expert and projection: `experts.{e}.gate_proj`, `experts.{e}.up_proj`,
+    /// `experts.{e}.down_proj` (DeepSeek, as transformers saves it).
+    PerExpert,
 }
 
 /// A feed-forward block's tensors, relative to its layer.
