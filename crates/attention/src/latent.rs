@@ -62,8 +62,9 @@ pub struct MultiHeadLatentAttentionConfig {
     /// multiplies that by YaRN's `mscale(factor, mscale_all_dim)^2`.
     #[config(default = "None")]
     pub scale: Option<f64>,
-    /// Biases on the query's down projection (or its one projection), the latent's down
-    /// projection and the output (`attention_bias`). Defaults to false.
+    /// Biases on the query latent's down projection, the latent's down projection and the output
+    /// (`attention_bias`; a single query projection has none, as in DeepSeek's code). Defaults to
+    /// false.
     #[config(default = false)]
     pub bias: bool,
     /// Whether a query sees only earlier keys. Defaults to true: the models with this attention
@@ -189,7 +190,7 @@ impl MultiHeadLatentAttentionConfig {
         let norm = |width| HeadNorm::new(1, width, &QkNormConfig::new(self.norm_eps), device);
         let q_width = heads * self.qk_dim();
         let query = match self.query_rank {
-            None => LatentQuery::Direct(linear(self.d_model, q_width, self.bias)),
+            None => LatentQuery::Direct(linear(self.d_model, q_width, false)),
             Some(rank) => LatentQuery::LowRank(LowRankQuery {
                 down: linear(self.d_model, rank, self.bias),
                 norm: norm(rank),
@@ -366,7 +367,7 @@ impl MultiHeadLatentAttention {
         };
         match (&mut self.query, weights.query) {
             (LatentQuery::Direct(query), LatentQueryWeights::Direct(weights)) => {
-                *query = load_linear(weights, "query", [q_width, d], c.bias)?;
+                *query = load_linear(weights, "query", [q_width, d], false)?;
             }
             (
                 LatentQuery::LowRank(query),

@@ -128,7 +128,20 @@ LEGACY_CONFIG_KEYS = {
 # to the converter on every run. DeepSeek-V3 routes with sigmoid scores (modeling_deepseek_v3.py:
 # router_logits.sigmoid()); the converter writes expert_gating_func only from scoring_func, and
 # llama.cpp reads a DeepSeek-2 GGUF without it as softmax routing (src/models/deepseek2.cpp).
-DROPPED_CONFIG_KEYS = {"deepseek_v3": {"scoring_func": lambda config: "sigmoid"}}
+DROPPED_CONFIG_KEYS = {
+    "deepseek_v3": {"scoring_func": lambda config: "sigmoid"},
+    "deepseek_v3_lite": {"scoring_func": lambda config: "sigmoid"},
+}
+
+
+def unrepresentable(config: dict) -> str | None:
+    """Why llama.cpp's GGUF cannot hold the model `config` describes, if it cannot: the file is
+    then not written (llama.cpp would compute another model from it)."""
+    # DeepseekV2Model converts without permuting the RoPE rows, and llama.cpp turns adjacent pairs
+    # (transformers' rope_interleave: true); rope_interleave false checkpoints turn halves.
+    if config.get("model_type") == "deepseek_v3" and config.get("rope_interleave") is False:
+        return "rope_interleave false: llama.cpp's deepseek2 turns adjacent pairs only"
+    return None
 ENCODERS = {"bert", "t5"}
 
 # Runs the converter in its own process: its gguf-py first on the path, the pre-tokenizer hash
@@ -582,8 +595,12 @@ def main() -> int:
             failed.append((family, f"no checkpoint: {source / 'config.json'} does not exist"))
             print(f"{family}: NOT converted: {failed[-1][1]}")
             continue
-        notes = prepare(family, source, scratch)
         config = json.loads((source / "config.json").read_text())
+        if why := unrepresentable(config):
+            failed.append((family, why))
+            print(f"{family}: NOT converted: {why}")
+            continue
+        notes = prepare(family, source, scratch)
         given = {key: value(config) for key, value in DROPPED_CONFIG_KEYS.get(family, {}).items() if key not in config}
         if given:
             notes.append(f"the converter's hparams given {given} (DROPPED_CONFIG_KEYS)")

@@ -29,13 +29,33 @@ use serde_json::{Map, Value, json};
 mod common;
 use common::{checkpoint, read_safetensors, write_safetensors};
 
-const FAMILIES: [&str; 18] = [
-    "bert", "bloom", "cohere2", "gemma2", "gemma3", "glm4", "gpt2", "gpt_neox", "gpt_oss",
-    "llama3", "mistral", "mpt", "olmo3", "phi3", "qwen2", "qwen3", "smollm3", "t5",
+const FAMILIES: [&str; 22] = [
+    "bert",
+    "bloom",
+    "cohere2",
+    "deepseek_v3",
+    "deepseek_v3_lite",
+    "gemma2",
+    "gemma3",
+    "glm4",
+    "gpt2",
+    "gpt_neox",
+    "gpt_oss",
+    "llama3",
+    "llama4_text",
+    "mistral",
+    "mpt",
+    "olmo2",
+    "olmo3",
+    "phi3",
+    "qwen2",
+    "qwen3",
+    "smollm3",
+    "t5",
 ];
 
 /// Fields some family reads that a reference config may lack, to add.
-const EXTRA_FIELDS: [&str; 34] = [
+const EXTRA_FIELDS: [&str; 38] = [
     "sliding_window",
     "layer_types",
     "head_dim",
@@ -70,6 +90,10 @@ const EXTRA_FIELDS: [&str; 34] = [
     "moe_layers",
     "interleave_moe_layer_step",
     "use_qk_norm",
+    "q_lora_rank",
+    "first_k_dense_replace",
+    "n_group",
+    "rope_interleave",
 ];
 
 fn cases() -> ProptestConfig {

@@ -21,6 +21,7 @@ mod llama;
 mod llama4;
 mod mistral;
 mod mpt;
+mod olmo2;
 mod olmo3;
 mod phi3;
 mod qwen2;
@@ -58,7 +59,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 21] = [
+const FAMILIES: [Entry; 22] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -71,7 +72,8 @@ const FAMILIES: [Entry; 21] = [
     entry("gpt_oss", gpt_oss::names, gpt_oss::architecture),
     entry("smollm3", smollm3::names, smollm3::architecture),
     entry("llama4_text", llama4::names, llama4::architecture),
-    entry("olmo3", olmo3::names, olmo3::architecture),
+    entry("olmo2", olmo2::names, olmo2::architecture),
+    entry("olmo3", olmo2::names, olmo3::architecture),
     entry("glm4", glm4::names, glm4::architecture),
     entry("cohere2", cohere2::names, cohere2::architecture),
     entry("deepseek_v3", deepseek_v3::names, deepseek_v3::architecture),

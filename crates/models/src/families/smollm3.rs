@@ -29,6 +29,8 @@ struct SmolLm3Config {
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    // `SmolLM3Config.default_theta`, where neither `rope_parameters` nor `rope_theta` gives one.
+    let file = &file.with_default("rope_theta", 2_000_000.0);
     let smol: SmolLm3Config = file.parse()?;
     let rope = rope_layers(
         smol.no_rope_layers.as_deref(),

@@ -30,13 +30,24 @@ pub(crate) enum Transform {
     /// the `nn.Linear` transpose; gpt-oss's experts `[experts, in, out]` are stored per expert as
     /// `[out, in]`.
     Transpose,
-    /// One half of gpt-oss's fused expert projection: its `gate_up_proj` `[experts, in, 2 * ff]`
-    /// (and `_bias` `[experts, 2 * ff]`) interleaves gate and up columns (gate at even
-    /// columns); the converter stores the halves as two tensors, `[experts, ff, in]` each
-    /// (transposed) and `[experts, ff]`.
+    /// One half of a fused expert projection `gate_up_proj` `[experts, in, 2 * ff]` (and
+    /// `_bias` `[experts, 2 * ff]`); the converter stores the halves as two tensors, `[experts,
+    /// ff, in]` each (transposed) and `[experts, ff]`. gpt-oss interleaves gate and up columns
+    /// (gate at even columns); DeepSeek's experts, stacked from one `nn.Linear` each, take the
+    /// gate's columns, then up's.
     GateUpHalf {
-        /// The up projection's half (odd columns); the gate's otherwise.
+        /// The up projection's half; the gate's otherwise.
         up: bool,
+        /// gpt-oss's interleaved columns rather than the gate's then up's.
+        interleaved: bool,
+    },
+    /// One half of DeepSeek's `kv_b_proj` `[heads * (nope + value), kv_rank]` (per head, its key
+    /// rows then its value rows), which the converter splits for llama.cpp's absorbed attention:
+    /// `attn_k_b` `[heads, kv_rank, nope]` (each head's key rows, transposed) and `attn_v_b`
+    /// `[heads, value, kv_rank]`.
+    KvBHalf {
+        /// The values' half (`attn_v_b`); the keys' otherwise.
+        value: bool,
     },
     /// BLOOM's and GPT-NeoX's fused `query_key_value` interleaves each head's `q, k, v` rows;
     /// the converter regroups them as all queries, then all keys, then all values.
@@ -217,10 +228,39 @@ const GPT_OSS_LAYER: &[(&str, &str)] = &[
 
 /// Hugging Face parameters stored without a `.weight` suffix (their bias, where they have one, is
 /// `{name}_bias`).
-const BARE_PARAMETERS: [&str; 3] = [
+const BARE_PARAMETERS: [&str; 4] = [
     "self_attn.sinks",
     "mlp.experts.gate_up_proj",
     "mlp.experts.down_proj",
+    // DeepSeek's `e_score_correction_bias`, stored as `exp_probs_b.bias`.
+    "mlp.gate.e_score_correction",
+];
+
+/// DeepSeek V3's layer (llama.cpp's `deepseek2`): latent attention, a dense MLP or experts with a
+/// score bias and shared experts.
+const DEEPSEEK2_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_q_a", "self_attn.q_a_proj"),
+    ("attn_q_a_norm", "self_attn.q_a_layernorm"),
+    ("attn_q_b", "self_attn.q_b_proj"),
+    ("attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"),
+    ("attn_kv_a_norm", "self_attn.kv_a_layernorm"),
+    ("attn_k_b", "self_attn.kv_b_proj"),
+    ("attn_v_b", "self_attn.kv_b_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("ffn_gate_inp", "mlp.gate"),
+    ("exp_probs_b", "mlp.gate.e_score_correction"),
+    ("ffn_gate_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_up_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_down_exps", "mlp.experts.down_proj"),
+    ("ffn_gate_shexp", "mlp.shared_experts.gate_proj"),
+    ("ffn_up_shexp", "mlp.shared_experts.up_proj"),
+    ("ffn_down_shexp", "mlp.shared_experts.down_proj"),
 ];
 
 /// BERT's layer: post-norm, each branch's norm under its output.
@@ -348,6 +388,15 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         layer_tensors: |_| COHERE2_LAYER,
         transform: as_stored,
         config: config::cohere2,
+    },
+    Architecture {
+        gguf: "deepseek2",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| DEEPSEEK2_LAYER,
+        transform: deepseek2_tensors,
+        config: config::deepseek2,
     },
     Architecture {
         gguf: "gemma2",
@@ -502,9 +551,30 @@ fn conv1d_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Trans
 
 /// gpt-oss: the experts' gate and up halves, and their down projections, transposed per expert.
 fn experts_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
+    let half = |up| Transform::GateUpHalf {
+        up,
+        interleaved: true,
+    };
     match (tensor, suffix) {
-        ("ffn_gate_exps", _) => Transform::GateUpHalf { up: false },
-        ("ffn_up_exps", _) => Transform::GateUpHalf { up: true },
+        ("ffn_gate_exps", _) => half(false),
+        ("ffn_up_exps", _) => half(true),
+        ("ffn_down_exps", "weight") => Transform::Transpose,
+        _ => Transform::None,
+    }
+}
+
+/// DeepSeek: `kv_b_proj` from its two halves; the experts stacked as gpt-oss's are, gate and up
+/// side by side.
+fn deepseek2_tensors(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
+    let half = |up| Transform::GateUpHalf {
+        up,
+        interleaved: false,
+    };
+    match (tensor, suffix) {
+        ("attn_k_b", _) => Transform::KvBHalf { value: false },
+        ("attn_v_b", _) => Transform::KvBHalf { value: true },
+        ("ffn_gate_exps", _) => half(false),
+        ("ffn_up_exps", _) => half(true),
         ("ffn_down_exps", "weight") => Transform::Transpose,
         _ => Transform::None,
     }
@@ -591,6 +661,7 @@ pub(crate) fn check_transform(
         Transform::None | Transform::MinusOne => true,
         Transform::Transpose => shape.len() >= 2,
         Transform::GateUpHalf { .. } => shape.len() == 2 || shape.len() == 3,
+        Transform::KvBHalf { .. } => shape.len() == 3,
         Transform::UnpermuteRope { heads } => heads > 0 && rows % (2 * heads) == 0,
         Transform::RegroupedQkv { heads } => heads > 0 && rows % (3 * heads) == 0,
     };
@@ -627,8 +698,8 @@ pub(crate) fn undo(
         Transform::None => (values, shape),
         Transform::MinusOne => (values.into_iter().map(|w| w - 1.0).collect(), shape),
         Transform::Transpose => transpose_last(values, shape),
-        // combined with the other half by `interleave_gate_up`
-        Transform::GateUpHalf { .. } => (values, shape),
+        // combined with the other half by `join_halves`
+        Transform::GateUpHalf { .. } | Transform::KvBHalf { .. } => (values, shape),
         Transform::UnpermuteRope { heads } => {
             // transformers' `_reverse_permute_weights`: rows [heads, half, 2] -> [heads, 2, half]
             let half = rows / heads / 2;
@@ -681,6 +752,10 @@ pub(crate) fn transformed_shape(transform: Transform, shape: Vec<usize>) -> Vec<
             }
             shape[n - 1] *= 2;
         }
+        // A half's rows: [heads, kv_rank, nope] -> [heads * nope, kv_rank]; [heads, value,
+        // kv_rank] -> [heads * value, kv_rank]. The joined tensor has both halves' rows.
+        Transform::KvBHalf { value: false } => shape = vec![shape[0] * shape[2], shape[1]],
+        Transform::KvBHalf { value: true } => shape = vec![shape[0] * shape[1], shape[2]],
         _ => {}
     }
     shape
@@ -689,11 +764,7 @@ pub(crate) fn transformed_shape(transform: Transform, shape: Vec<usize>) -> Vec<
 /// gpt-oss's `gate_up_proj` (or its bias) from the stored halves: each `[experts, ff, in]`
 /// transposed to `[experts, in, ff]` (a bias `[experts, ff]` as it is), then the gate's columns at
 /// even indices and up's at odd ones.
-pub(crate) fn interleave_gate_up(
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    stored: Vec<usize>,
-) -> (Vec<f32>, Vec<usize>) {
+fn interleave_gate_up(gate: Vec<f32>, up: Vec<f32>, stored: Vec<usize>) -> (Vec<f32>, Vec<usize>) {
     let (gate, shape) = match stored.len() {
         3 => transpose_last(gate, stored.clone()),
         _ => (gate, stored.clone()),
@@ -714,6 +785,108 @@ pub(crate) fn interleave_gate_up(
     let n = shape.len();
     shape[n - 1] = 2 * ff;
     (out, shape)
+}
+
+/// DeepSeek's stacked experts' `gate_up_proj` from the stored halves: each `[experts, ff, in]`
+/// transposed to `[experts, in, ff]`, then the gate's columns and up's side by side.
+fn concatenate_gate_up(gate: Vec<f32>, up: Vec<f32>, stored: Vec<usize>) -> (Vec<f32>, Vec<usize>) {
+    let (gate, shape) = match stored.len() {
+        3 => transpose_last(gate, stored.clone()),
+        _ => (gate, stored.clone()),
+    };
+    let (up, _) = match stored.len() {
+        3 => transpose_last(up, stored),
+        _ => (up, stored),
+    };
+    let ff = shape[shape.len() - 1];
+    let mut out = Vec::with_capacity(gate.len() * 2);
+    for (g, u) in gate.chunks_exact(ff).zip(up.chunks_exact(ff)) {
+        out.extend_from_slice(g);
+        out.extend_from_slice(u);
+    }
+    let mut shape = shape;
+    let n = shape.len();
+    shape[n - 1] = 2 * ff;
+    (out, shape)
+}
+
+/// DeepSeek's `kv_b_proj` `[heads * (nope + value), kv_rank]` from `attn_k_b` `[heads, kv_rank,
+/// nope]` and `attn_v_b` `[heads, value, kv_rank]` (as stored, PyTorch order): per head, its key
+/// rows (`attn_k_b` transposed back), then its value rows.
+fn join_kv_b(
+    keys: Vec<f32>,
+    key_shape: &[usize],
+    values: Vec<f32>,
+    value_shape: &[usize],
+) -> (Vec<f32>, Vec<usize>) {
+    let (heads, rank, nope) = (key_shape[0], key_shape[1], key_shape[2]);
+    let value = value_shape[1];
+    let (keys, _) = transpose_last(keys, key_shape.to_vec());
+    let mut out = Vec::with_capacity(keys.len() + values.len());
+    for head in 0..heads {
+        out.extend_from_slice(&keys[head * nope * rank..(head + 1) * nope * rank]);
+        out.extend_from_slice(&values[head * value * rank..(head + 1) * value * rank]);
+    }
+    (out, vec![heads * (nope + value), rank])
+}
+
+/// Whether `first` and `second` are the two halves of one Hugging Face tensor, `first` the gate's
+/// or the keys' (the order `join_halves` takes).
+pub(crate) fn halves_of_one(first: Transform, second: Transform) -> bool {
+    matches!(
+        (first, second),
+        (
+            Transform::GateUpHalf { up: false, interleaved: a },
+            Transform::GateUpHalf { up: true, interleaved: b },
+        ) if a == b
+    ) || matches!(
+        (first, second),
+        (
+            Transform::KvBHalf { value: false },
+            Transform::KvBHalf { value: true }
+        )
+    )
+}
+
+/// Whether `transform` stores one half of a tensor, and which: `Some(false)` the first (gate,
+/// keys), `Some(true)` the second.
+pub(crate) fn half(transform: Transform) -> Option<bool> {
+    match transform {
+        Transform::GateUpHalf { up, .. } => Some(up),
+        Transform::KvBHalf { value } => Some(value),
+        _ => None,
+    }
+}
+
+/// The Hugging Face shape of the tensor two halves (`halves_of_one`) make, from each half's
+/// `transformed_shape`.
+pub(crate) fn joined_shape(
+    first: Transform,
+    first_shape: &[usize],
+    second_shape: &[usize],
+) -> Option<Vec<usize>> {
+    match first {
+        Transform::GateUpHalf { .. } => (first_shape == second_shape).then(|| first_shape.to_vec()),
+        Transform::KvBHalf { .. } => (first_shape[1] == second_shape[1])
+            .then(|| vec![first_shape[0] + second_shape[0], first_shape[1]]),
+        _ => None,
+    }
+}
+
+/// The tensor two stored halves make: `first` (gate, keys) of stored shape `first_shape` under
+/// `transform` (the first half's), and `second`.
+pub(crate) fn join_halves(
+    transform: Transform,
+    (first, first_shape): (Vec<f32>, Vec<usize>),
+    (second, second_shape): (Vec<f32>, Vec<usize>),
+) -> (Vec<f32>, Vec<usize>) {
+    match transform {
+        Transform::GateUpHalf {
+            interleaved: true, ..
+        } => interleave_gate_up(first, second, first_shape),
+        Transform::GateUpHalf { .. } => concatenate_gate_up(first, second, first_shape),
+        _ => join_kv_b(first, &first_shape, second, &second_shape),
+    }
 }
 
 #[cfg(test)]
@@ -738,11 +911,71 @@ mod tests {
             ]
         );
         assert_eq!(
-            transformed_shape(Transform::GateUpHalf { up: false }, vec![1, 2, 3]),
+            transformed_shape(
+                Transform::GateUpHalf {
+                    up: false,
+                    interleaved: true
+                },
+                vec![1, 2, 3]
+            ),
             shape
         );
         let (bias, shape) = interleave_gate_up(vec![1., 2.], vec![3., 4.], vec![1, 2]);
         assert_eq!((bias, shape), (vec![1., 3., 2., 4.], vec![1, 4]));
+    }
+
+    /// DeepSeek's halves: `kv_b_proj` back from `attn_k_b` (transposed per head) and `attn_v_b`,
+    /// each head's key rows then its value rows, as `DeepseekV2Model.modify_tensors` split it; the
+    /// experts' gate columns then up's.
+    #[test]
+    fn deepseek_halves_join_as_transformers_stores_them() {
+        // kv_b [heads 2 x (nope 2 + value 1), rank 3]: row r of head h holds 100 h + 10 r + c.
+        let (heads, nope, value, rank) = (2, 2, 1, 3);
+        let kv_b: Vec<f32> = (0..heads * (nope + value) * rank)
+            .map(|i| {
+                let (row, c) = (i / rank, i % rank);
+                (100 * (row / (nope + value)) + 10 * (row % (nope + value)) + c) as f32
+            })
+            .collect();
+        // The converter: view [heads, nope + value, rank], split, k_b transposed to [h, rank, nope].
+        let (mut k_b, mut v_b) = (Vec::new(), Vec::new());
+        for h in 0..heads {
+            let head = &kv_b[h * (nope + value) * rank..(h + 1) * (nope + value) * rank];
+            for c in 0..rank {
+                for r in 0..nope {
+                    k_b.push(head[r * rank + c]);
+                }
+            }
+            v_b.extend_from_slice(&head[nope * rank..]);
+        }
+        let k = Transform::KvBHalf { value: false };
+        let v = Transform::KvBHalf { value: true };
+        assert!(halves_of_one(k, v) && !halves_of_one(v, k));
+        let (k_shape, v_shape) = (vec![heads, rank, nope], vec![heads, value, rank]);
+        let joined = joined_shape(
+            k,
+            &transformed_shape(k, k_shape.clone()),
+            &transformed_shape(v, v_shape.clone()),
+        );
+        assert_eq!(joined, Some(vec![heads * (nope + value), rank]));
+        let (values, shape) = join_halves(k, (k_b, k_shape), (v_b, v_shape));
+        assert_eq!((values, shape), (kv_b, vec![heads * (nope + value), rank]));
+
+        let gate = vec![0., 1., 2., 10., 11., 12.];
+        let up = vec![100., 101., 102., 110., 111., 112.];
+        let half = Transform::GateUpHalf {
+            up: false,
+            interleaved: false,
+        };
+        let (values, shape) = join_halves(half, (gate, vec![1, 2, 3]), (up, vec![1, 2, 3]));
+        assert_eq!(shape, vec![1, 3, 4]);
+        // row i: [gate[0][i], gate[1][i], up[0][i], up[1][i]]
+        assert_eq!(
+            values,
+            vec![
+                0., 10., 100., 110., 1., 11., 101., 111., 2., 12., 102., 112.
+            ]
+        );
     }
 
     /// The per-head regrouping and the transposes undo what the converter does.

@@ -225,6 +225,19 @@ fn rope_parameters(
     head_dim: usize,
     max_position_embeddings: Option<&Json>,
 ) -> Result<Json, ModelError> {
+    h.refuse(
+        "rope.scaling.yarn_log_multiplier",
+        "is DeepSeek's mscale, which only the deepseek2 architecture reads",
+    )?;
+    rope_settings(h, head_dim, max_position_embeddings)
+}
+
+/// [`rope_parameters`] with whatever `rope.scaling.yarn_log_multiplier` says left to the caller.
+fn rope_settings(
+    h: &Hparams,
+    head_dim: usize,
+    max_position_embeddings: Option<&Json>,
+) -> Result<Json, ModelError> {
     let theta = h.f64("rope.freq_base")?.unwrap_or(10_000.0);
     let mut rope = Map::new();
     rope.insert("rope_theta".into(), json!(theta));
@@ -314,10 +327,6 @@ fn rope_parameters(
                 }
             }
             h.refuse(
-                "rope.scaling.yarn_log_multiplier",
-                "is DeepSeek's mscale, which no architecture read here uses",
-            )?;
-            h.refuse(
                 "rope.scaling.yarn_ext_factor",
                 "is an extrapolation factor that no Hugging Face scaling read here has",
             )?;
@@ -331,6 +340,104 @@ fn rope_parameters(
         }
     }
     Ok(Json::Object(rope))
+}
+
+/// DeepSeek V3 (llama.cpp's `deepseek2`, which also holds V2): multi-head latent attention,
+/// stored as llama.cpp's MQA view of it (`head_count_kv` 1, `key_length` the latent and the RoPE
+/// part), with the real widths under `*_mla`; RoPE on adjacent pairs (llama.cpp's only layout for
+/// it, transformers' `rope_interleave`); experts after `leading_dense_block_count` dense layers.
+///
+/// YaRN: the converter stores `0.1 * mscale_all_dim` as `yarn_log_multiplier`; llama.cpp scales
+/// cos/sin by 1 and the scores by `mscale(factor, mscale_all_dim)^2`, which is transformers'
+/// computation with `mscale` equal to `mscale_all_dim` (DeepSeek V3's config: both 1).
+pub(crate) fn deepseek2(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    // llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID`; without the key it routes by softmax
+    // (DeepSeek V2), which transformers' DeepSeek V3 does not.
+    match h.usize("expert_gating_func")? {
+        Some(2) => {}
+        other => {
+            return Err(ModelError::config(
+                h.key("expert_gating_func"),
+                other,
+                "must be 2 (sigmoid, DeepSeek V3): softmax routing (DeepSeek V2) is not supported",
+            ));
+        }
+    }
+    let heads = h.required("attention.head_count")?;
+    let rope_dim = h.required("rope.dimension_count")?;
+    let qk_dim = h.required("attention.key_length_mla")?;
+    if qk_dim <= rope_dim {
+        return Err(ModelError::config(
+            h.key("attention.key_length_mla"),
+            qk_dim,
+            format!("must exceed rope.dimension_count ({rope_dim})"),
+        ));
+    }
+    let mut config = h.family_config(
+        "deepseek_v3",
+        &[
+            ("embedding_length", "hidden_size"),
+            ("feed_forward_length", "intermediate_size"),
+            ("block_count", "num_hidden_layers"),
+            ("attention.head_count", "num_attention_heads"),
+            ("attention.kv_lora_rank", "kv_lora_rank"),
+            ("attention.value_length_mla", "v_head_dim"),
+        ],
+        &[
+            ("context_length", "max_position_embeddings"),
+            ("attention.layer_norm_rms_epsilon", "rms_norm_eps"),
+            ("expert_count", "n_routed_experts"),
+            ("expert_used_count", "num_experts_per_tok"),
+            ("expert_feed_forward_length", "moe_intermediate_size"),
+            ("expert_shared_count", "n_shared_experts"),
+            ("expert_weights_scale", "routed_scaling_factor"),
+            ("expert_group_count", "n_group"),
+            ("expert_group_used_count", "topk_group"),
+            ("leading_dense_block_count", "first_k_dense_replace"),
+        ],
+    )?;
+    config.insert("num_key_value_heads".into(), json!(heads));
+    config.insert("qk_rope_head_dim".into(), json!(rope_dim));
+    config.insert("qk_nope_head_dim".into(), json!(qk_dim - rope_dim));
+    // Absent: one query projection (`attn_q`), which transformers reads from `null`.
+    config.insert(
+        "q_lora_rank".into(),
+        h.number("attention.q_lora_rank")?.unwrap_or(Json::Null),
+    );
+    config.insert("rope_interleave".into(), json!(true));
+    // llama.cpp's defaults where the file says nothing: no normalisation, one group, no scale,
+    // no dense layer.
+    config.insert(
+        "norm_topk_prob".into(),
+        json!(h.bool("expert_weights_norm")?.unwrap_or(false)),
+    );
+    for (field, default) in [
+        ("routed_scaling_factor", json!(1.0)),
+        ("n_group", json!(1)),
+        ("topk_group", json!(1)),
+        ("first_k_dense_replace", json!(0)),
+    ] {
+        config.entry(field).or_insert(default);
+    }
+    if h.has_tensor("blk.0.attn_output.bias") {
+        config.insert("attention_bias".into(), json!(true));
+    }
+    let mut rope = rope_settings(h, rope_dim, config.get("max_position_embeddings"))?;
+    if let Some(multiplier) = h.f64("rope.scaling.yarn_log_multiplier")? {
+        let Some(rope) = rope.as_object_mut().filter(|r| r["rope_type"] == "yarn") else {
+            return Err(ModelError::config(
+                h.key("rope.scaling.yarn_log_multiplier"),
+                multiplier,
+                "needs yarn scaling (rope.scaling.type)",
+            ));
+        };
+        // The converter wrote 0.1 * mscale_all_dim (in f32), which llama.cpp divides back.
+        let mscale_all_dim = multiplier / 0.1;
+        rope.insert("mscale".into(), json!(mscale_all_dim));
+        rope.insert("mscale_all_dim".into(), json!(mscale_all_dim));
+    }
+    config.insert("rope_parameters".into(), rope);
+    Ok(config)
 }
 
 /// Llama (and Mistral and SmolLM, which llama.cpp converts as Llama).

@@ -26,7 +26,8 @@ pub use quant::GgmlType;
 pub use tokenizer::{special_token_id, tokenizer};
 
 pub(crate) use architecture::{
-    CONFIG_TENSORS, Transform, check_transform, interleave_gate_up, transformed_shape, undo,
+    CONFIG_TENSORS, Transform, check_transform, half, halves_of_one, join_halves, joined_shape,
+    transformed_shape, undo,
 };
 
 use std::path::Path;

@@ -14,8 +14,8 @@ use positional::unallocatable;
 
 use crate::error::ModelError;
 use crate::gguf::{
-    CONFIG_TENSORS, GgufFile, Transform, check_transform, interleave_gate_up, transformed_shape,
-    undo,
+    CONFIG_TENSORS, GgufFile, Transform, check_transform, half, halves_of_one, join_halves,
+    joined_shape, transformed_shape, undo,
 };
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
@@ -37,8 +37,13 @@ enum Location {
     Shard(usize),
     /// The GGUF file's tensor of this index, with what its converter did to it.
     Gguf(usize, Transform),
-    /// Two GGUF tensors that are the gate and up halves of one fused tensor (gpt-oss's experts).
-    GgufGateUp { gate: usize, up: usize },
+    /// Two GGUF tensors that are the halves of one Hugging Face tensor: the experts' gate and up
+    /// (gpt-oss, DeepSeek), DeepSeek's `kv_b_proj` keys and values. `transform` is the first's.
+    GgufHalves {
+        first: usize,
+        second: usize,
+        transform: Transform,
+    },
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -162,27 +167,40 @@ impl Checkpoint {
             let stored = tensor.shape();
             check_transform(transform, &stored, &tensor.name)?;
             let shape = transformed_shape(transform, stored);
-            let location = match (transform, index.get(&name)) {
-                // The second half of a fused pair joins the first.
+            // The second half of a pair joins the first, whichever the file holds first.
+            let joined = match index.get(&name) {
+                Some((Location::Gguf(other, other_transform), other_shape)) => {
+                    let mut pair = [
+                        (i, transform, &shape),
+                        (*other, *other_transform, other_shape),
+                    ];
+                    if half(transform) == Some(true) {
+                        pair.swap(0, 1);
+                    }
+                    let [
+                        (first, first_t, first_shape),
+                        (second, second_t, second_shape),
+                    ] = pair;
+                    halves_of_one(first_t, second_t)
+                        .then(|| joined_shape(first_t, first_shape, second_shape))
+                        .flatten()
+                        .map(|joined| {
+                            let location = Location::GgufHalves {
+                                first,
+                                second,
+                                transform: first_t,
+                            };
+                            (location, joined)
+                        })
+                }
+                _ => None,
+            };
+            let (location, shape) = match (joined, index.get(&name)) {
+                // The second half of a pair joins the first.
+                (Some(joined), _) => joined,
                 (
-                    Transform::GateUpHalf { up },
-                    Some((
-                        Location::Gguf(other, Transform::GateUpHalf { up: other_up }),
-                        other_shape,
-                    )),
-                ) if up != *other_up && *other_shape == shape => match up {
-                    true => Location::GgufGateUp {
-                        gate: *other,
-                        up: i,
-                    },
-                    false => Location::GgufGateUp {
-                        gate: i,
-                        up: *other,
-                    },
-                },
-                (
-                    _,
-                    Some((Location::Gguf(first, _) | Location::GgufGateUp { gate: first, .. }, _)),
+                    None,
+                    Some((Location::Gguf(first, _) | Location::GgufHalves { first, .. }, _)),
                 ) => {
                     return Err(ModelError::input(
                         "tensor",
@@ -191,22 +209,22 @@ impl Checkpoint {
                     ));
                 }
                 // A GGUF checkpoint holds no shard.
-                (_, Some((Location::Shard(_), _))) => {
+                (None, Some((Location::Shard(_), _))) => {
                     unreachable!("GGUF checkpoints have no shards")
                 }
-                (_, None) => Location::Gguf(i, transform),
+                (None, None) => (Location::Gguf(i, transform), shape),
             };
             index.insert(name, (location, shape));
         }
         // A half whose other half never came.
         if let Some((name, _)) = index
             .iter()
-            .find(|(_, (l, _))| matches!(l, Location::Gguf(_, Transform::GateUpHalf { .. })))
+            .find(|(_, (l, _))| matches!(l, Location::Gguf(_, t) if half(*t).is_some()))
         {
             return Err(ModelError::input(
                 "tensor",
                 name,
-                "has its gate or its up half in the file, not both",
+                "has one of its two halves in the file (gate and up, or keys and values), not both",
             ));
         }
         Ok(Self {
@@ -280,11 +298,18 @@ impl Checkpoint {
                 let (values, shape) = undo(transform, file.dequantize(tensor)?, tensor.shape());
                 TensorData::new(values, shape)
             }
-            Location::GgufGateUp { gate, up } => {
+            Location::GgufHalves {
+                first,
+                second,
+                transform,
+            } => {
                 let file = self.gguf_file();
-                let (gate, up) = (&file.tensors[gate], &file.tensors[up]);
-                let (values, shape) =
-                    interleave_gate_up(file.dequantize(gate)?, file.dequantize(up)?, gate.shape());
+                let (first, second) = (&file.tensors[first], &file.tensors[second]);
+                let (values, shape) = join_halves(
+                    transform,
+                    (file.dequantize(first)?, first.shape()),
+                    (file.dequantize(second)?, second.shape()),
+                );
                 TensorData::new(values, shape)
             }
         };

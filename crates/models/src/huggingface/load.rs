@@ -296,8 +296,11 @@ impl<'a> Loader<'a> {
                         (Some(name), true) => Some(self.tensor::<1>(&at(name))?),
                         _ => None,
                     };
-                    let (gate_up, down) = match expert_names.experts {
-                        ExpertTensors::Fused => {
+                    // A GGUF file holds per-expert checkpoints' experts stacked, as fused ones.
+                    let fused = expert_names.experts == ExpertTensors::Fused
+                        || self.checkpoint.contains(&at("experts.gate_up_proj"));
+                    let (gate_up, down) = match fused {
+                        true => {
                             let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
                                 let weight = loader.tensor::<3>(&at(name))?;
                                 let bias = match bias {
@@ -311,7 +314,7 @@ impl<'a> Loader<'a> {
                                 pair(&mut self, "experts.down_proj")?,
                             )
                         }
-                        ExpertTensors::PerExpert => {
+                        false => {
                             // Burn's [in, out] weights, stacked: the gate's columns, then up's.
                             let (mut gate_ups, mut downs) = (Vec::new(), Vec::new());
                             for expert in 0..e {

@@ -235,7 +235,8 @@ pub(crate) enum ExpertTensors {
     /// d_ff, d_model]`, and their `_bias`es (gpt-oss, Llama 4).
     Fused,
     /// One `nn.Linear` per expert and projection: `experts.{e}.gate_proj`, `experts.{e}.up_proj`,
-    /// `experts.{e}.down_proj` (DeepSeek, as transformers saves it).
+    /// `experts.{e}.down_proj` (DeepSeek, as transformers saves it); read as `Fused` (the gate's
+    /// columns, then up's) from a checkpoint that stacks them (a GGUF file).
     PerExpert,
 }
 
