@@ -43,6 +43,23 @@ fn gguf_semantics(family: &str, config: &mut Map<String, Value>) {
             let rope = config["rope_parameters"].as_object_mut().unwrap();
             rope.remove("truncate");
         }
+        // llama.cpp fixes Llama 4's chunks (8,192 positions), its NoPE interval (4: this
+        // checkpoint's three layers all turn by RoPE) and the temperature tuning (floor 8,192,
+        // scale 0.1); the file holds none of them.
+        "llama4_text" => {
+            config.insert("attention_chunk_size".into(), json!(8192));
+            config.insert("no_rope_layers".into(), json!([1, 1, 1]));
+            config.insert(
+                "layer_types".into(),
+                json!([
+                    "chunked_attention",
+                    "chunked_attention",
+                    "chunked_attention"
+                ]),
+            );
+            config.insert("floor_scale".into(), json!(8192));
+            config.insert("attn_scale".into(), json!(0.1));
+        }
         // llama.cpp fixes T5's largest relative distance at 128; the file has no key for it.
         "t5" => {
             config.insert("relative_attention_max_distance".into(), json!(128));
@@ -98,7 +115,7 @@ fn every_converted_checkpoint_loads_as_its_directory(device: &Device) {
         })
         .collect();
     families.sort();
-    assert!(families.len() >= 20, "converted checkpoints: {families:?}");
+    assert!(families.len() >= 21, "converted checkpoints: {families:?}");
     for family in &families {
         let gguf = checkpoint(family).join("model.gguf");
         let dir = scratch(family);

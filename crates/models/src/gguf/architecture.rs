@@ -228,12 +228,35 @@ const GPT_OSS_LAYER: &[(&str, &str)] = &[
 
 /// Hugging Face parameters stored without a `.weight` suffix (their bias, where they have one, is
 /// `{name}_bias`).
-const BARE_PARAMETERS: [&str; 4] = [
+const BARE_PARAMETERS: [&str; 6] = [
     "self_attn.sinks",
     "mlp.experts.gate_up_proj",
     "mlp.experts.down_proj",
+    "feed_forward.experts.gate_up_proj",
+    "feed_forward.experts.down_proj",
     // DeepSeek's `e_score_correction_bias`, stored as `exp_probs_b.bias`.
     "mlp.gate.e_score_correction",
+];
+
+/// Llama 4's text layer: Llama's attention (its q/k rows as stored: Llama 4 turns adjacent
+/// pairs, as llama.cpp does), a dense MLP or experts with a shared expert under `feed_forward.`.
+const LLAMA4_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("ffn_norm", "post_attention_layernorm"),
+    ("ffn_gate", "feed_forward.gate_proj"),
+    ("ffn_up", "feed_forward.up_proj"),
+    ("ffn_down", "feed_forward.down_proj"),
+    ("ffn_gate_inp", "feed_forward.router"),
+    ("ffn_gate_exps", "feed_forward.experts.gate_up_proj"),
+    ("ffn_up_exps", "feed_forward.experts.gate_up_proj"),
+    ("ffn_down_exps", "feed_forward.experts.down_proj"),
+    ("ffn_gate_shexp", "feed_forward.shared_expert.gate_proj"),
+    ("ffn_up_shexp", "feed_forward.shared_expert.up_proj"),
+    ("ffn_down_shexp", "feed_forward.shared_expert.down_proj"),
 ];
 
 /// DeepSeek V3's layer (llama.cpp's `deepseek2`): latent attention, a dense MLP or experts with a
@@ -397,6 +420,15 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         layer_tensors: |_| DEEPSEEK2_LAYER,
         transform: deepseek2_tensors,
         config: config::deepseek2,
+    },
+    Architecture {
+        gguf: "llama4",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| LLAMA4_LAYER,
+        transform: llama4_tensors,
+        config: config::llama4,
     },
     Architecture {
         gguf: "gemma2",
@@ -563,20 +595,29 @@ fn experts_transposed(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Tran
     }
 }
 
-/// DeepSeek: `kv_b_proj` from its two halves; the experts stacked as gpt-oss's are, gate and up
-/// side by side.
-fn deepseek2_tensors(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
-    let half = |up| Transform::GateUpHalf {
-        up,
-        interleaved: false,
-    };
+/// Llama 4: the experts' gate and up halves side by side, their down projections transposed
+/// per expert.
+fn llama4_tensors(tensor: &str, suffix: &str, _: &Map<String, Json>) -> Transform {
     match (tensor, suffix) {
-        ("attn_k_b", _) => Transform::KvBHalf { value: false },
-        ("attn_v_b", _) => Transform::KvBHalf { value: true },
-        ("ffn_gate_exps", _) => half(false),
-        ("ffn_up_exps", _) => half(true),
+        ("ffn_gate_exps", _) => Transform::GateUpHalf {
+            up: false,
+            interleaved: false,
+        },
+        ("ffn_up_exps", _) => Transform::GateUpHalf {
+            up: true,
+            interleaved: false,
+        },
         ("ffn_down_exps", "weight") => Transform::Transpose,
         _ => Transform::None,
+    }
+}
+
+/// DeepSeek: `kv_b_proj` from its two halves; the experts as Llama 4's.
+fn deepseek2_tensors(tensor: &str, suffix: &str, config: &Map<String, Json>) -> Transform {
+    match tensor {
+        "attn_k_b" => Transform::KvBHalf { value: false },
+        "attn_v_b" => Transform::KvBHalf { value: true },
+        _ => llama4_tensors(tensor, suffix, config),
     }
 }
 

@@ -494,6 +494,67 @@ pub(crate) fn glm4(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     Ok(config)
 }
 
+/// Llama 4's text model: what llama.cpp's `llama4` fixes in code rather than metadata. With
+/// `attention.sliding_window` 0 every layer turns by RoPE, attends to every earlier key and has
+/// no temperature tuning. Otherwise (the published models): chunks of 8,192 positions on three
+/// layers in four, the fourth NoPE (`n_no_rope_layer_step` 4) with temperature tuning (floor
+/// 8,192, scale 0.1). QK-norm runs unless the model has 128 experts (Maverick). The dense
+/// layers' MLP is `feed_forward_length`, the experts' and the shared expert's
+/// `expert_feed_forward_length`.
+pub(crate) fn llama4(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "llama4_text")?;
+    let experts = h.required("expert_count")?;
+    let layers = h.required("block_count")?;
+    config.insert("num_local_experts".into(), json!(experts));
+    config.insert(
+        "num_experts_per_tok".into(),
+        json!(h.usize("expert_used_count")?.unwrap_or(1)),
+    );
+    config.insert(
+        "intermediate_size".into(),
+        json!(h.required("expert_feed_forward_length")?),
+    );
+    config.insert(
+        "intermediate_size_mlp".into(),
+        json!(h.required("feed_forward_length")?),
+    );
+    config.insert(
+        "interleave_moe_layer_step".into(),
+        json!(h.required("interleave_moe_layer_step")?),
+    );
+    config.insert("use_qk_norm".into(), json!(experts != 128));
+    h.refuse(
+        "attention.sliding_window_pattern",
+        "is a chunk pattern other than llama.cpp's three in four, which Llama 4's config cannot say",
+    )?;
+    if h.f64("rope.freq_base_swa")?
+        .is_some_and(|swa| Some(swa) != h.f64("rope.freq_base").ok().flatten())
+    {
+        return Err(ModelError::config(
+            h.key("rope.freq_base_swa"),
+            h.f64("rope.freq_base_swa")?,
+            "must equal rope.freq_base: Llama 4's layers share one RoPE",
+        ));
+    }
+    // `llama_like` read the window as a sliding one; llama.cpp's key means chunks here.
+    config.remove("sliding_window");
+    match h.usize("attention.sliding_window")? {
+        Some(0) => {
+            config.insert("no_rope_layers".into(), json!(vec![1; layers]));
+            config.insert("layer_types".into(), json!(vec!["full_attention"; layers]));
+            config.insert("attn_temperature_tuning".into(), json!(false));
+        }
+        _ => {
+            config.insert("attention_chunk_size".into(), json!(8192));
+            config.insert("no_rope_layer_interval".into(), json!(4));
+            config.insert("attn_temperature_tuning".into(), json!(true));
+            config.insert("floor_scale".into(), json!(8192));
+            config.insert("attn_scale".into(), json!(0.1));
+        }
+    }
+    Ok(config)
+}
+
 /// Cohere 2: LayerNorm's epsilon, `logit_scale`, the window; three sliding layers then a full
 /// one (llama.cpp's `set_swa_pattern(4)`; the file holds no pattern). llama.cpp's converter
 /// drops the (zero) biases.
