@@ -2,9 +2,9 @@
 //! environment LibTorch needs, then one table of ratios (ours / theirs, ours / copy) read off
 //! divan's medians. ARGS go to divan (e.g. a name filter).
 //!
-//! When the decode or generate benchmarks ran, PyTorch is timed on the same work in the same run
-//! (`benches/python/`, with the LibTorch venv's Python), so that the table also holds ours /
-//! PyTorch: numbers from another run, on a machine in another state, would not compare.
+//! When the decode, latent or generate benchmarks ran, PyTorch is timed on the same work in the
+//! same run (`benches/python/`, with the LibTorch venv's Python), so that the table also holds
+//! ours / PyTorch: numbers from another run, on a machine in another state, would not compare.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -102,7 +102,7 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     // bench run without its comparison is not the run that was asked for.
     let mut missing = Vec::new();
     let mut notes = Vec::new();
-    let lengths = decode_lengths(&medians);
+    let lengths = bench_lengths(&medians, "decode");
     if !lengths.is_empty() {
         match torch_decode(sh, &torch, &lengths) {
             Ok(reference) => {
@@ -121,6 +121,27 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
                     "missing: decode_step.py failed (its stderr is above)".to_owned(),
                 ));
                 missing.push(format!("decode_step.py: {error:#}"));
+            }
+        }
+    }
+    let lengths = bench_lengths(&medians, "latent");
+    if !lengths.is_empty() {
+        match torch_latent(sh, &torch, &lengths) {
+            Ok(reference) => {
+                notes.push(reference.summary().replace(
+                    "decode step",
+                    "DeepseekV3Attention decode step (transformers, SDPA)",
+                ));
+                rows.extend(latent_rows(&medians, &reference.eager));
+            }
+            Err(error) => {
+                eprintln!("xtask: timing transformers' latent attention step failed: {error:#}");
+                rows.push(Row::missing(
+                    "latent decode ours / transformers",
+                    "latent",
+                    "missing: latent_step.py failed (its stderr is above)".to_owned(),
+                ));
+                missing.push(format!("latent_step.py: {error:#}"));
             }
         }
     }
@@ -154,12 +175,13 @@ pub fn run(sh: &Shell, args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The cache lengths the decode bench ran at (`decode/<backend>/<length>`), on any backend: the
+/// The cache lengths bench `bench` ran at (`<bench>/<backend>/<length>`), on any backend: the
 /// ones PyTorch is timed at.
-fn decode_lengths(medians: &BTreeMap<String, f64>) -> Vec<usize> {
+fn bench_lengths(medians: &BTreeMap<String, f64>, bench: &str) -> Vec<usize> {
+    let prefix = format!("{bench}/");
     let mut lengths: Vec<usize> = medians
         .keys()
-        .filter_map(|key| key.strip_prefix("decode/"))
+        .filter_map(|key| key.strip_prefix(&prefix))
         .filter_map(|rest| rest.split('/').nth(1)?.parse().ok())
         .collect();
     lengths.sort_unstable();
@@ -231,12 +253,14 @@ impl TorchDecode {
                 })
                 .collect()
         };
-        let compile = json.get("compile").context("no `compile`")?;
         Ok(Self {
             eager: seconds(json.get("eager").context("no `eager`")?).context("`eager`")?,
-            compiled: match compile.get("error") {
-                Some(error) => Err(error.as_str().unwrap_or_default().to_owned()),
-                None => Ok(seconds(compile).context("`compile`")?),
+            compiled: match json.get("compile") {
+                None => Err("not timed".to_owned()),
+                Some(compile) => match compile.get("error") {
+                    Some(error) => Err(error.as_str().unwrap_or_default().to_owned()),
+                    None => Ok(seconds(compile).context("`compile`")?),
+                },
             },
             threads: json.get("threads").and_then(Value::as_u64).unwrap_or(0),
             version: json
@@ -284,6 +308,40 @@ fn torch_decode(sh: &Shell, torch: &TorchVenv, lengths: &[usize]) -> anyhow::Res
         &["--lengths".to_owned(), lengths],
     )?;
     TorchDecode::parse(&json).context("reading decode_step.py's JSON")
+}
+
+/// transformers' seconds per latent attention step, per cache length (`latent_step.py`, eager).
+fn torch_latent(sh: &Shell, torch: &TorchVenv, lengths: &[usize]) -> anyhow::Result<TorchDecode> {
+    let lengths = lengths
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let json = run_python(
+        sh,
+        torch,
+        "latent_step.py",
+        &["--lengths".to_owned(), lengths],
+    )?;
+    TorchDecode::parse(&json).context("reading latent_step.py's JSON")
+}
+
+/// Ours / transformers per backend and cache length of the latent attention step.
+fn latent_rows(medians: &BTreeMap<String, f64>, theirs: &BTreeMap<usize, f64>) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for backend in BACKENDS {
+        for (length, their_seconds) in theirs {
+            let key = format!("latent/{backend}/{length}");
+            if let Some(seconds) = medians.get(&key) {
+                rows.push(Row::ratio(
+                    "latent decode ours / transformers",
+                    key,
+                    seconds / their_seconds,
+                ));
+            }
+        }
+    }
+    rows
 }
 
 /// Ours / PyTorch per backend and cache length, eager and compiled, and how much more a step
@@ -677,16 +735,39 @@ decode                   fastest       │ slowest       │ median        │ m
     }
 
     #[test]
-    fn decode_lengths_come_from_every_backend() {
+    fn bench_lengths_come_from_every_backend() {
         let medians = medians(&[
             ("decode/flex/512", 1.0),
             ("decode/flex/8192", 1.0),
             ("decode/tch/128", 1.0),
             ("decode/tch/512", 1.0),
+            ("latent/tch/2048", 1.0),
             ("mha/flex/ours/512", 1.0),
         ]);
-        assert_eq!(decode_lengths(&medians), [128, 512, 8192]);
-        assert!(decode_lengths(&BTreeMap::new()).is_empty());
+        assert_eq!(bench_lengths(&medians, "decode"), [128, 512, 8192]);
+        assert_eq!(bench_lengths(&medians, "latent"), [2048]);
+        assert!(bench_lengths(&BTreeMap::new(), "decode").is_empty());
+    }
+
+    /// The latent step's rows: ours / transformers at each length both timed, per backend.
+    #[test]
+    fn latent_rows_divide_by_transformers_at_each_length() {
+        let medians = medians(&[
+            ("latent/flex/512", 2.0),
+            ("latent/flex/2048", 3.0),
+            ("latent/tch/512", 8.0),
+        ]);
+        let theirs = BTreeMap::from([(512, 4.0), (2048, 6.0)]);
+        let rows = latent_rows(&medians, &theirs);
+        let keys: Vec<(&str, &Cell)> = rows.iter().map(|r| (r.key.as_str(), &r.value)).collect();
+        assert_eq!(
+            keys,
+            [
+                ("latent/flex/512", &Cell::Ratio(0.5)),
+                ("latent/flex/2048", &Cell::Ratio(0.5)),
+                ("latent/tch/512", &Cell::Ratio(2.0)),
+            ]
+        );
     }
 
     #[test]
