@@ -296,34 +296,28 @@ impl TorchDecode {
 
 /// Times PyTorch's decoding step at the decode bench's cache lengths.
 fn torch_decode(sh: &Shell, torch: &TorchVenv, lengths: &[usize]) -> anyhow::Result<TorchDecode> {
+    torch_steps(sh, torch, "decode_step.py", lengths)
+}
+
+/// The seconds per step that `script` (`decode_step.py`, `latent_step.py`) measures at `lengths`.
+fn torch_steps(
+    sh: &Shell,
+    torch: &TorchVenv,
+    script: &str,
+    lengths: &[usize],
+) -> anyhow::Result<TorchDecode> {
     let lengths = lengths
         .iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let json = run_python(
-        sh,
-        torch,
-        "decode_step.py",
-        &["--lengths".to_owned(), lengths],
-    )?;
-    TorchDecode::parse(&json).context("reading decode_step.py's JSON")
+    let json = run_python(sh, torch, script, &["--lengths".to_owned(), lengths])?;
+    TorchDecode::parse(&json).with_context(|| format!("reading {script}'s JSON"))
 }
 
 /// transformers' seconds per latent attention step, per cache length (`latent_step.py`, eager).
 fn torch_latent(sh: &Shell, torch: &TorchVenv, lengths: &[usize]) -> anyhow::Result<TorchDecode> {
-    let lengths = lengths
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let json = run_python(
-        sh,
-        torch,
-        "latent_step.py",
-        &["--lengths".to_owned(), lengths],
-    )?;
-    TorchDecode::parse(&json).context("reading latent_step.py's JSON")
+    torch_steps(sh, torch, "latent_step.py", lengths)
 }
 
 /// Ours / transformers per backend and cache length of the latent attention step.

@@ -806,14 +806,7 @@ pub(crate) fn transformed_shape(transform: Transform, shape: Vec<usize>) -> Vec<
 /// transposed to `[experts, in, ff]` (a bias `[experts, ff]` as it is), then the gate's columns at
 /// even indices and up's at odd ones.
 fn interleave_gate_up(gate: Vec<f32>, up: Vec<f32>, stored: Vec<usize>) -> (Vec<f32>, Vec<usize>) {
-    let (gate, shape) = match stored.len() {
-        3 => transpose_last(gate, stored.clone()),
-        _ => (gate, stored.clone()),
-    };
-    let (up, _) = match stored.len() {
-        3 => transpose_last(up, stored),
-        _ => (up, stored),
-    };
+    let (gate, up, shape) = halves_as_columns(gate, up, stored);
     let ff = shape[shape.len() - 1];
     let mut out = Vec::with_capacity(gate.len() * 2);
     for (g, u) in gate.chunks_exact(ff).zip(up.chunks_exact(ff)) {
@@ -828,17 +821,27 @@ fn interleave_gate_up(gate: Vec<f32>, up: Vec<f32>, stored: Vec<usize>) -> (Vec<
     (out, shape)
 }
 
+/// The stored gate and up halves with `ff` as their last axis: weights `[experts, ff, in]`
+/// transposed to `[experts, in, ff]`, biases `[experts, ff]` as they are; and that shape.
+fn halves_as_columns(
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    stored: Vec<usize>,
+) -> (Vec<f32>, Vec<f32>, Vec<usize>) {
+    match stored.len() {
+        3 => {
+            let (up, _) = transpose_last(up, stored.clone());
+            let (gate, shape) = transpose_last(gate, stored);
+            (gate, up, shape)
+        }
+        _ => (gate, up, stored),
+    }
+}
+
 /// DeepSeek's stacked experts' `gate_up_proj` from the stored halves: each `[experts, ff, in]`
 /// transposed to `[experts, in, ff]`, then the gate's columns and up's side by side.
 fn concatenate_gate_up(gate: Vec<f32>, up: Vec<f32>, stored: Vec<usize>) -> (Vec<f32>, Vec<usize>) {
-    let (gate, shape) = match stored.len() {
-        3 => transpose_last(gate, stored.clone()),
-        _ => (gate, stored.clone()),
-    };
-    let (up, _) = match stored.len() {
-        3 => transpose_last(up, stored),
-        _ => (up, stored),
-    };
+    let (gate, up, shape) = halves_as_columns(gate, up, stored);
     let ff = shape[shape.len() - 1];
     let mut out = Vec::with_capacity(gate.len() * 2);
     for (g, u) in gate.chunks_exact(ff).zip(up.chunks_exact(ff)) {
