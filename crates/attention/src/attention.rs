@@ -21,6 +21,7 @@ use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
 use crate::kernels::decode_attention;
 use crate::kernels::tiled_attention::{self, TiledKeys};
+use crate::linear::linear_forward;
 use crate::relative_xl::RelativeXl;
 
 /// Multi-head attention: `softmax(softcap(q k^T * scale) + bias + mask) v`, projected back.
@@ -439,9 +440,7 @@ impl MultiHeadAttention {
     fn queries(&self, x: Tensor<3>) -> Tensor<4> {
         let [batch, len, _] = x.dims();
         let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
-        let q = self
-            .query
-            .forward(x)
+        let q = linear_forward(&self.query, x)
             .reshape([batch, len, heads, head_dim])
             .swap_dims(1, 2);
         match &self.query_norm {
@@ -456,12 +455,12 @@ impl MultiHeadAttention {
         let [batch, len, _] = x.dims();
         let (kv_heads, head_dim) = (self.config.kv_heads(), self.config.head_dim());
         let split = |t: Tensor<3>| t.reshape([batch, len, kv_heads, head_dim]).swap_dims(1, 2);
-        let k = split(self.key.forward(x.clone()));
+        let k = split(linear_forward(&self.key, x.clone()));
         let k = match &self.key_norm {
             Some(norm) => norm.forward(k),
             None => k,
         };
-        (k, split(self.value.forward(x)))
+        (k, split(linear_forward(&self.value, x)))
     }
 
     fn attend(
@@ -609,7 +608,7 @@ impl MultiHeadAttention {
         let context = context
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
-        Ok(self.output.forward(context))
+        Ok(linear_forward(&self.output, context))
     }
 
     /// Queries and keys turned by the rotating scheme (RoPE, xPos, multi-axis RoPE) at
@@ -1181,7 +1180,7 @@ pub(crate) fn load_linear(
         }
     };
     Ok(Linear {
-        weight: Param::from_tensor(weights.weight.transpose()),
+        weight: Param::from_tensor(crate::row_major(weights.weight.transpose())),
         bias: loaded_bias,
     })
 }

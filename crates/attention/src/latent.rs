@@ -31,6 +31,7 @@ use crate::attention::{
 use crate::cache::{CachedKeys, KvCache};
 use crate::config::QkNormConfig;
 use crate::error::{AttentionError, or_panic};
+use crate::linear::linear_forward;
 
 /// Configuration of [`MultiHeadLatentAttention`]. The field docs give DeepSeek's
 /// `config.json` names.
@@ -532,7 +533,7 @@ impl MultiHeadLatentAttention {
         let q_nope = q.clone().narrow(3, 0, nope);
         let q_rope = q.narrow(3, nope, rope_dim);
         // [batch, seq, kv_rank + rope]: the latent, then the RoPE key.
-        let compressed = self.kv_down.forward(x);
+        let compressed = linear_forward(&self.kv_down, x);
         let latent = self.kv_norm.forward(
             compressed
                 .clone()
@@ -585,21 +586,21 @@ impl MultiHeadLatentAttention {
         let context = context
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * c.value_dim]);
-        Ok(self.output.forward(context))
+        Ok(linear_forward(&self.output, context))
     }
 
     /// `[batch, seq, n_heads * (nope_dim + rope_dim)]`.
     fn queries(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.query {
-            LatentQuery::Direct(query) => query.forward(x),
+            LatentQuery::Direct(query) => linear_forward(query, x),
             LatentQuery::LowRank(query) => {
-                let latent = query.down.forward(x);
+                let latent = linear_forward(&query.down, x);
                 let [batch, seq, rank] = latent.dims();
                 let latent = query
                     .norm
                     .forward(latent.reshape([batch, 1, seq, rank]))
                     .reshape([batch, seq, rank]);
-                query.up.forward(latent)
+                linear_forward(&query.up, latent)
             }
         }
     }

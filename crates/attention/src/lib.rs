@@ -43,6 +43,7 @@ mod config;
 pub mod error;
 mod kernels;
 mod latent;
+mod linear;
 mod paths;
 mod relative_xl;
 
@@ -56,6 +57,7 @@ pub use latent::{
     LatentAttentionWeights, LatentQuery, LatentQueryWeights, LowRankQuery,
     MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
+pub use linear::{linear_forward, row_major, times_table};
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};
 pub use relative_xl::RelativeXl;

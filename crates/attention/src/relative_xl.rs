@@ -97,7 +97,7 @@ impl RelativeXl {
                 ));
             }
         }
-        self.relative.weight = Param::from_tensor(w_r.transpose());
+        self.relative.weight = Param::from_tensor(crate::row_major(w_r.transpose()));
         self.content_bias = Param::from_tensor(u);
         self.position_bias = Param::from_tensor(v);
         Ok(self)

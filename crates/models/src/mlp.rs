@@ -2,6 +2,7 @@
 //! `DenseReluDense`) and the gated one, `down(act(gate(x)) * up(x))` (SwiGLU in Llama, Qwen,
 //! Mistral and Phi-3; GeGLU in Gemma and T5 v1.1; Shazeer, 2020).
 
+use attention::linear_forward;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
@@ -148,10 +149,13 @@ impl Mlp {
     /// - output: `[batch, seq, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let hidden = match &self.gate {
-            Some(gate) => self.activation.forward(gate.forward(x.clone())) * self.up.forward(x),
-            None => self.activation.forward(self.up.forward(x)),
+            Some(gate) => {
+                self.activation.forward(linear_forward(gate, x.clone()))
+                    * linear_forward(&self.up, x)
+            }
+            None => self.activation.forward(linear_forward(&self.up, x)),
         };
-        self.down.forward(hidden)
+        linear_forward(&self.down, hidden)
     }
 }
 
@@ -180,7 +184,7 @@ pub(crate) fn linear_from_pytorch(
         ));
     }
     Ok(Linear {
-        weight: Param::from_tensor(weight.transpose()),
+        weight: Param::from_tensor(attention::row_major(weight.transpose())),
         bias: bias.map(Param::from_tensor),
     })
 }

@@ -516,8 +516,8 @@ impl Transformer {
                     "an encoder has no head to give logits",
                 ));
             }
-            (_, Some(head)) => head.forward(hidden),
-            (_, None) => hidden.matmul(self.embedding.weight.val().transpose().unsqueeze::<3>()),
+            (_, Some(head)) => attention::linear_forward(head, hidden),
+            (_, None) => attention::times_table(hidden, self.embedding.weight.val()),
         };
         if let Some(scale) = self.config.logit_scale {
             logits = logits * scale;

@@ -6,11 +6,14 @@
 //!   the CPU backends, CubeCL and LibTorch's SDPA.
 //! - [`decode_attention`]: one decoding step against the KV cache, chunked across threads on the
 //!   CPU backends and one kernel on CubeCL.
+//! - [`decode_linear`]: a few rows times a weight matrix (the projections, MLP and head of a
+//!   decoding step), in parallel bands of the weight on flex and ndarray.
 //! - [`tiled_attention`]: many queries (a prefill) in tiles with an online softmax, every mask,
 //!   ALiBi, soft-capping and sinks inside, on the CPU backends.
 
 pub(crate) mod alibi_attention;
 pub(crate) mod decode_attention;
+pub(crate) mod decode_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod strided;
 pub(crate) mod tiled_attention;

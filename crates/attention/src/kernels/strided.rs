@@ -127,7 +127,7 @@ mod ndarray_view {
     use std::ops::Range;
 
     use burn::backend::ndarray::{NdArrayTensor, SharedArray};
-    use ndarray::{ArrayView, IxDyn};
+    use ndarray::{ArrayView, Axis, IxDyn};
 
     use super::{Kernel, Strided};
 
@@ -165,6 +165,16 @@ mod ndarray_view {
         })
     }
 
+    /// `f` over the matrix `t` (`[rows, cols]`) as a `[1, 1, rows, cols]` view, copied to
+    /// standard layout first if its columns are not adjacent or a stride is negative.
+    pub(crate) fn matrix<R>(t: NdArrayTensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+        let NdArrayTensor::F32(t) = t else {
+            panic!("CPU kernels: f32 tensors only (the caller checks)");
+        };
+        let view = t.view().insert_axis(Axis(0)).insert_axis(Axis(0));
+        with_view(&view, f)
+    }
+
     /// `f(view)` of `t`'s memory, copied to standard layout first if its features are not
     /// adjacent or a stride is negative.
     fn with_view<R>(t: &ArrayView<'_, f32, IxDyn>, f: impl FnOnce(Strided<'_>) -> R) -> R {
@@ -189,7 +199,9 @@ mod ndarray_view {
 }
 
 #[cfg(feature = "ndarray")]
-pub(crate) use ndarray_view::{floats as ndarray_floats, run as on_ndarray};
+pub(crate) use ndarray_view::{
+    floats as ndarray_floats, matrix as ndarray_matrix, run as on_ndarray,
+};
 
 #[cfg(feature = "flex")]
 mod flex_view {
@@ -224,6 +236,22 @@ mod flex_view {
         on.then(|| t.to_contiguous().storage::<f32>().to_vec())
     }
 
+    /// `f` over the matrix `t` (`[rows, cols]`) as a `[1, 1, rows, cols]` view, copied first
+    /// if its columns are not adjacent or a stride is negative.
+    pub(crate) fn matrix<R>(t: FlexTensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+        let t = readable(t);
+        let layout = t.layout();
+        let [rows, cols] = layout.shape().dims::<2>();
+        let strides = layout.strides();
+        f(Strided::new(
+            t.storage::<f32>(),
+            [1, 1, rows, cols],
+            &[0, 0, strides[0], strides[1]],
+            layout.start_offset(),
+        )
+        .expect("made readable"))
+    }
+
     /// `t` where its strides are ones [`Strided`] reads, a contiguous copy otherwise.
     fn readable(t: FlexTensor) -> FlexTensor {
         let layout = t.layout();
@@ -247,7 +275,7 @@ mod flex_view {
 }
 
 #[cfg(feature = "flex")]
-pub(crate) use flex_view::{floats as flex_floats, run as on_flex};
+pub(crate) use flex_view::{floats as flex_floats, matrix as flex_matrix, run as on_flex};
 
 #[cfg(feature = "tch")]
 mod torch_view {

@@ -364,10 +364,8 @@ impl<'a> Loader<'a> {
                             let fused = self.linear(&at(gate_up), bias, [2 * f, d])?;
                             // Burn's weight is [in, out]: the gate's columns, then up's.
                             let split = |part: usize| Linear {
-                                weight: Param::from_tensor(fused.weight.val().narrow(
-                                    1,
-                                    part * f,
-                                    f,
+                                weight: Param::from_tensor(attention::row_major(
+                                    fused.weight.val().narrow(1, part * f, f),
                                 )),
                                 bias: fused
                                     .bias

@@ -1,0 +1,140 @@
+//! A linear layer at decoding shapes: a few rows times a weight matrix, where every weight is
+//! read once per call and the time is the memory's, not the arithmetic's.
+//!
+//! Burn's CPU matmul hands such a product to `gemm`'s matrix-vector loop, which runs on one
+//! thread: at SmolLM2-135M's widths it read about 12 GB/s of the 25 GB/s that this 2-core
+//! machine reads on both. Here the weight is cut into blocks of adjacent memory that rayon's
+//! threads take in parallel (`cpu.rs`), for both layouts a model holds: a [`Linear`]'s
+//! row-major `[in, out]` weight (each task streams a band of rows and keeps partial sums of
+//! every output) and an embedding table read as its transpose, `[out, in]` (a tied LM head:
+//! each task takes a band of outputs, a dot product each).
+//!
+//! On flex and ndarray, without autodiff, in f32, for up to [`MAX_ROWS`] rows. LibTorch keeps
+//! torch's own matrix-vector product (multi-threaded already), and the other backends, and
+//! more rows, Burn's matmul, which is also what the tests hold this pass to.
+//!
+//! [`Linear`]: burn::nn::Linear
+
+#![allow(deprecated)]
+
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod cpu;
+
+use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::tensor::{DType, Tensor};
+
+/// Rows (tokens) up to which a product goes through the pass: a decoding step of a batch of
+/// this many rows. Past it the weight is reused enough per read for `gemm`'s blocked kernels.
+pub(crate) const MAX_ROWS: usize = 4;
+
+/// A few rows times a weight matrix.
+#[backend_extension(
+    NdArray: cfg(feature = "ndarray"),
+    Flex: cfg(feature = "flex"),
+)]
+pub trait DecodeLinearBackend: burn::backend::Backend {
+    /// `x w` for `w = weight` (`[in, out]`), or `w = weight^T` when `out_by_in` (`weight` is
+    /// `[out, in]`, as an embedding table is).
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`; `weight`: `[in, out]`, or `[out, in]` when `out_by_in`; any strides
+    /// - output: `[rows, out]`
+    // Without a backend feature no backend implements it, and the generated dispatch ignores them.
+    #[allow(unused_variables)]
+    fn decode_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        out_by_in: bool,
+    ) -> FloatTensor<Self>;
+}
+
+/// Whether [`DecodeLinearBackend::decode_linear`] runs for `x` (`[rows, in]`): its device and
+/// dtype have the pass, and it has at most [`MAX_ROWS`] rows.
+pub(crate) fn available(x: &Tensor<2>) -> bool {
+    x.dims()[0] <= MAX_ROWS && x.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+}
+
+/// [`DecodeLinearBackend::decode_linear`], where [`available`].
+///
+/// # Shapes
+/// As [`DecodeLinearBackend::decode_linear`].
+pub(crate) fn decode_linear(x: Tensor<2>, weight: Tensor<2>, out_by_in: bool) -> Tensor<2> {
+    Tensor::from_dispatch(
+        <burn::backend::Dispatch as DecodeLinearBackend>::decode_linear(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            out_by_in,
+        ),
+    )
+}
+
+// Devices under autodiff are not listed: the pass has no backward.
+fn has_kernel(device: &DispatchDevice) -> bool {
+    match device {
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => true,
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{Device, Distribution};
+    #[allow(unused_imports)]
+    use positional::testing::{assert_close, device, floats};
+
+    use super::*;
+
+    #[allow(dead_code)]
+    /// Every shape class against Burn's matmul: one row and [`MAX_ROWS`], widths in whole
+    /// vectors and not (and narrower than a vector), weights small enough for one task and large
+    /// enough for many in both directions (an `out` past a block of columns, an `in` of many
+    /// bands), both layouts, and weights read through a view (a transpose, a slice of wider
+    /// storage) as well as stored row-major.
+    fn equals_matmul(device: &Device) {
+        let normal =
+            |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        assert!(available(&normal([MAX_ROWS, 8])));
+        assert!(!available(&normal([MAX_ROWS + 1, 8])));
+        for rows in [1, MAX_ROWS] {
+            for (d_in, d_out) in [(3, 5), (64, 24), (576, 192), (130, 5000), (2100, 70)] {
+                let x = normal([rows, d_in]);
+                let w = normal([d_in, d_out]);
+                let want = floats(&x.clone().matmul(w.clone()).into_data());
+                let tolerance = 1e-5 * (d_in as f32).sqrt();
+                let row_major = decode_linear(x.clone(), w.clone(), false);
+                assert_eq!(row_major.dims(), [rows, d_out]);
+                assert_close(&row_major.into_data(), &want, tolerance);
+                // The table form: the transpose stored row-major, and read through a view.
+                let table = crate::row_major(w.clone().transpose());
+                let by_table = decode_linear(x.clone(), table, true);
+                assert_close(&by_table.into_data(), &want, tolerance);
+                let viewed = decode_linear(x.clone(), w.clone().transpose(), true);
+                assert_close(&viewed.into_data(), &want, tolerance);
+                // A band of wider storage, and a transposed view read as `[in, out]`.
+                let wide = Tensor::cat(vec![normal([d_in, 3]), w.clone(), normal([d_in, 2])], 1);
+                let slice = decode_linear(x.clone(), wide.narrow(1, 3, d_out), false);
+                assert_close(&slice.into_data(), &want, tolerance);
+                let stored_transposed = crate::row_major(w.clone().transpose()).transpose();
+                let strided = decode_linear(x, stored_transposed, false);
+                assert_close(&strided.into_data(), &want, tolerance);
+            }
+        }
+    }
+
+    // The backends with the pass; elsewhere `available` is false and Burn's matmul runs.
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn equals_matmul_on_ndarray() {
+        equals_matmul(&device("ndarray"));
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn equals_matmul_on_flex() {
+        equals_matmul(&device("flex"));
+    }
+}

@@ -1,0 +1,317 @@
+//! The decode-shaped product on the CPU (ndarray, flex): the weight cut into tasks of adjacent
+//! memory that rayon's threads take in parallel, each read once whatever the number of rows.
+//!
+//! - `[in, out]` (a [`Linear`](burn::nn::Linear)'s weight, row-major): a task is a band of
+//!   rows of the weight (and, for wide outputs, a block of its columns). It adds `x[r, i] *
+//!   w[i, ..]` into a partial sum per output, which stays in the L1 cache; the bands' partial
+//!   sums are added at the end.
+//! - `[out, in]` (an embedding table read as its transpose): a task is a band of outputs, one
+//!   dot product of each row of `x` with each of its rows.
+
+use rayon::prelude::*;
+
+use crate::kernels::strided::Strided;
+
+/// Floats of weight per task (128 KB): enough to be worth a rayon task and to stream.
+const TASK_FLOATS: usize = 1 << 15;
+
+/// Tasks per thread at most: enough to even out the threads, few enough that the partial sums
+/// of `[in, out]` bands stay a small fraction of the weight.
+const TASKS_PER_THREAD: usize = 4;
+
+/// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x`.
+const BLOCK_COLS: usize = 2048;
+
+/// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times `w`: `weight` as `[1, 1, in,
+/// out]`, or, when `out_by_in`, as `[1, 1, out, in]` standing for its transpose.
+pub(crate) fn rows_times(x: Strided<'_>, weight: Strided<'_>, out_by_in: bool) -> Vec<f32> {
+    let tasks_for = |floats: usize| {
+        floats
+            .div_ceil(TASK_FLOATS)
+            .clamp(1, TASKS_PER_THREAD * rayon::current_num_threads())
+    };
+    let rows = x.shape[2];
+    let [_, _, a, b] = weight.shape;
+    match out_by_in {
+        false => by_bands_of_inputs(x, weight, rows, [a, b], tasks_for(a * b)),
+        true => by_bands_of_outputs(x, weight, rows, [b, a], tasks_for(a * b)),
+    }
+}
+
+/// `x w` for `w` `[d_in, d_out]`, row-major.
+fn by_bands_of_inputs(
+    x: Strided<'_>,
+    w: Strided<'_>,
+    rows: usize,
+    [d_in, d_out]: [usize; 2],
+    tasks: usize,
+) -> Vec<f32> {
+    let block = d_out.clamp(1, BLOCK_COLS);
+    let blocks = d_out.div_ceil(block).max(1);
+    let bands = tasks.div_ceil(blocks).clamp(1, d_in.max(1));
+    let band = d_in.div_ceil(bands).max(1);
+    let task = InputBands {
+        x,
+        w,
+        rows,
+        d_in,
+        d_out,
+        block,
+        band,
+        bands: d_in.div_ceil(band).max(1),
+    };
+    // Per task (block-major, then band): `[rows, block]` partial sums.
+    let mut partials = vec![0.0f32; blocks * task.bands * rows * block];
+    run(&mut partials, rows * block, &task);
+    let mut output = vec![0.0f32; rows * d_out];
+    for (index, partial) in partials.chunks_exact(rows * block).enumerate() {
+        let first = (index / task.bands) * block;
+        let width = block.min(d_out - first);
+        for r in 0..rows {
+            let into = &mut output[r * d_out + first..r * d_out + first + width];
+            into.iter_mut()
+                .zip(&partial[r * block..r * block + width])
+                .for_each(|(o, p)| *o += p);
+        }
+    }
+    output
+}
+
+/// The tasks of [`by_bands_of_inputs`]: task `index` is block of columns `index / bands` and
+/// band of rows `index % bands` of `w`.
+struct InputBands<'a> {
+    x: Strided<'a>,
+    w: Strided<'a>,
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+    block: usize,
+    band: usize,
+    bands: usize,
+}
+
+impl Task for InputBands<'_> {
+    #[inline(always)]
+    fn run(&self, index: usize, out: &mut [f32]) {
+        let Self {
+            x,
+            w,
+            rows,
+            block,
+            band,
+            bands,
+            ..
+        } = *self;
+        let (columns, inputs) = (index / bands, index % bands);
+        let first = columns * block;
+        let width = block.min(self.d_out - first);
+        let w_row = |i: usize| &w.row(0, 0, i)[first..first + width];
+        let band = inputs * band..((inputs + 1) * band).min(self.d_in);
+        // Four rows of the weight per pass over the partial sums: a quarter of the sums' loads
+        // and stores per weight read, and four streams for the prefetchers.
+        let mut i = band.start;
+        while i + 4 <= band.end {
+            let w4 = [w_row(i), w_row(i + 1), w_row(i + 2), w_row(i + 3)];
+            for r in 0..rows {
+                let x = &x.row(0, 0, r)[i..i + 4];
+                axpy4(
+                    &mut out[r * block..r * block + width],
+                    [x[0], x[1], x[2], x[3]],
+                    w4,
+                );
+            }
+            i += 4;
+        }
+        for i in i..band.end {
+            for r in 0..rows {
+                let x_ri = x.row(0, 0, r)[i];
+                axpy(&mut out[r * block..r * block + width], x_ri, w_row(i));
+            }
+        }
+    }
+}
+
+/// `x t^T` for `t` `[d_out, d_in]`, row-major.
+fn by_bands_of_outputs(
+    x: Strided<'_>,
+    t: Strided<'_>,
+    rows: usize,
+    [d_in, d_out]: [usize; 2],
+    tasks: usize,
+) -> Vec<f32> {
+    let band = d_out.div_ceil(tasks).max(1);
+    let bands = d_out.div_ceil(band).max(1);
+    let task = OutputBands {
+        x,
+        t,
+        rows,
+        d_in,
+        d_out,
+        band,
+    };
+    // Per task: `[rows, band]` outputs.
+    let mut partials = vec![0.0f32; bands * rows * band];
+    run(&mut partials, rows * band, &task);
+    let mut output = vec![0.0f32; rows * d_out];
+    for (index, partial) in partials.chunks_exact(rows * band).enumerate() {
+        let first = index * band;
+        let width = band.min(d_out - first);
+        for r in 0..rows {
+            output[r * d_out + first..r * d_out + first + width]
+                .copy_from_slice(&partial[r * band..r * band + width]);
+        }
+    }
+    output
+}
+
+/// The tasks of [`by_bands_of_outputs`]: task `index` is band `index` of the rows of `t`.
+struct OutputBands<'a> {
+    x: Strided<'a>,
+    t: Strided<'a>,
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+    band: usize,
+}
+
+impl Task for OutputBands<'_> {
+    #[inline(always)]
+    fn run(&self, index: usize, out: &mut [f32]) {
+        let Self {
+            x, t, rows, band, ..
+        } = *self;
+        let first = index * band;
+        for j in first..(first + band).min(self.d_out) {
+            let t_row = &t.row(0, 0, j)[..self.d_in];
+            for r in 0..rows {
+                out[r * band + j - first] = dot(x.row(0, 0, r), t_row);
+            }
+        }
+    }
+}
+
+/// One task of a product, writing its chunk of partial results.
+trait Task: Sync {
+    fn run(&self, index: usize, out: &mut [f32]);
+}
+
+/// `task` over the chunks of `partials`, in parallel when there are several.
+fn run(partials: &mut [f32], chunk: usize, task: &impl Task) {
+    if partials.len() <= chunk {
+        partials
+            .chunks_exact_mut(chunk)
+            .enumerate()
+            .for_each(|(i, out)| run_one(task, i, out));
+    } else {
+        partials
+            .par_chunks_exact_mut(chunk)
+            .enumerate()
+            .for_each(|(i, out)| run_one(task, i, out));
+    }
+}
+
+/// One task, compiled for AVX2 where the CPU has it (8 floats per instruction rather than
+/// SSE's 4): the task's loops are inlined into the function with the feature.
+fn run_one(task: &impl Task, index: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        fn avx2(task: &impl Task, index: usize, out: &mut [f32]) {
+            task.run(index, out)
+        }
+        // SAFETY: the CPU has AVX2, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { avx2(task, index, out) };
+    }
+    task.run(index, out)
+}
+
+/// `out += a[0] * x[0] + .. + a[3] * x[3]`.
+#[inline(always)]
+fn axpy4(out: &mut [f32], a: [f32; 4], x: [&[f32]; 4]) {
+    let n = out.len();
+    let [x0, x1, x2, x3] = x.map(|x| &x[..n]);
+    for c in 0..n {
+        out[c] += a[0] * x0[c] + a[1] * x1[c] + a[2] * x2[c] + a[3] * x3[c];
+    }
+}
+
+/// `out += a * x`.
+#[inline(always)]
+fn axpy(out: &mut [f32], a: f32, x: &[f32]) {
+    out.iter_mut().zip(x).for_each(|(o, x)| *o += a * x);
+}
+
+/// `a . b`, in 8 lanes (the order of a vector unit's additions).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
+    for (a, b) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += a[i] * b[i];
+        }
+    }
+    let mut sum = lanes.iter().sum::<f32>();
+    for (a, b) in a_tail.iter().zip(b_tail) {
+        sum += a * b;
+    }
+    sum
+}
+
+/// The extension for each CPU backend: the operands as views (`kernels::strided`), the
+/// product, and the output as its tensor.
+#[cfg(feature = "flex")]
+mod flex {
+    use burn::backend::Flex;
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::TensorData;
+
+    use super::rows_times;
+    use crate::kernels::decode_linear::DecodeLinearBackend;
+    use crate::kernels::strided::flex_matrix;
+
+    impl DecodeLinearBackend for Flex {
+        fn decode_linear(x: FlexTensor, weight: FlexTensor, out_by_in: bool) -> FlexTensor {
+            let output = flex_matrix(x, |x| {
+                flex_matrix(weight, |w| {
+                    let d_out = w.shape[if out_by_in { 2 } else { 3 }];
+                    (rows_times(x, w, out_by_in), [x.shape[2], d_out])
+                })
+            });
+            FlexTensor::from_data(TensorData::new(output.0, output.1))
+        }
+    }
+}
+
+#[cfg(feature = "ndarray")]
+mod ndarray_backend {
+    #![allow(deprecated)]
+
+    use burn::backend::NdArray;
+    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
+
+    use super::rows_times;
+    use crate::kernels::decode_linear::DecodeLinearBackend;
+    use crate::kernels::strided::ndarray_matrix;
+
+    impl DecodeLinearBackend for NdArray {
+        fn decode_linear(
+            x: NdArrayTensor,
+            weight: NdArrayTensor,
+            out_by_in: bool,
+        ) -> NdArrayTensor {
+            let (output, shape) = ndarray_matrix(x, |x| {
+                ndarray_matrix(weight, |w| {
+                    let d_out = w.shape[if out_by_in { 2 } else { 3 }];
+                    (rows_times(x, w, out_by_in), [x.shape[2], d_out])
+                })
+            });
+            NdArrayTensor::from(
+                SharedArray::from_shape_vec(shape.as_slice(), output)
+                    .expect("the output holds exactly its shape's elements"),
+            )
+        }
+    }
+}
