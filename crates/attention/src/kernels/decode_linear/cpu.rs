@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use crate::kernels::decode_attention::dot;
 use crate::kernels::strided::Strided;
 
 /// Floats of weight per task (128 KB): enough to be worth a rayon task and to stream.
@@ -240,24 +241,6 @@ fn axpy4(out: &mut [f32], a: [f32; 4], x: [&[f32]; 4]) {
 #[inline(always)]
 fn axpy(out: &mut [f32], a: f32, x: &[f32]) {
     out.iter_mut().zip(x).for_each(|(o, x)| *o += a * x);
-}
-
-/// `a . b`, in 8 lanes (the order of a vector unit's additions).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
-    for (a, b) in a8.zip(b8) {
-        for i in 0..8 {
-            lanes[i] += a[i] * b[i];
-        }
-    }
-    let mut sum = lanes.iter().sum::<f32>();
-    for (a, b) in a_tail.iter().zip(b_tail) {
-        sum += a * b;
-    }
-    sum
 }
 
 /// The extension for each CPU backend: the operands as views (`kernels::strided`), the
