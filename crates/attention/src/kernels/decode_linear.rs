@@ -125,6 +125,24 @@ mod tests {
         }
     }
 
+    /// The pass runs on flex and ndarray, for f32 and at most [`MAX_ROWS`] rows, never under
+    /// autodiff (it has no backward); everywhere else Burn's matmul does.
+    #[test]
+    fn runs_on_flex_and_ndarray_without_autodiff_only() {
+        for (name, device) in positional::testing::devices() {
+            let cpu = matches!(name, "flex" | "ndarray");
+            assert_eq!(
+                available(&Tensor::<2>::zeros([1, 8], &device)),
+                cpu,
+                "{name}"
+            );
+            let many = Tensor::<2>::zeros([MAX_ROWS + 1, 8], &device);
+            assert!(!available(&many), "{name}, {} rows", MAX_ROWS + 1);
+            let tracked = Tensor::<2>::zeros([1, 8], &device.clone().autodiff());
+            assert!(!available(&tracked), "{name} under autodiff");
+        }
+    }
+
     // The backends with the pass; elsewhere `available` is false and Burn's matmul runs.
     #[cfg(feature = "ndarray")]
     #[test]
