@@ -18,13 +18,13 @@ use crate::kernels::decode_linear;
 /// - `x`: `[batch, seq, d_input]`
 /// - output: `[batch, seq, d_output]`
 pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    let [batch, seq, d_input] = x.dims();
-    let rows = x.clone().reshape([batch * seq, d_input]);
-    if !decode_linear::available(&rows) {
+    if !decode_linear::available(&x) {
         return linear.forward(x);
     }
+    let [batch, seq, d_input] = x.dims();
     let weight = linear.weight.val();
     let d_output = weight.dims()[1];
+    let rows = x.reshape([batch * seq, d_input]);
     let mut y = decode_linear::decode_linear(rows, weight, false);
     if let Some(bias) = &linear.bias {
         y = y + bias.val().unsqueeze::<2>();

@@ -48,10 +48,12 @@ pub trait DecodeLinearBackend: burn::backend::Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// Whether [`DecodeLinearBackend::decode_linear`] runs for `x` (`[rows, in]`): its device and
-/// dtype have the pass, and it has at most [`MAX_ROWS`] rows.
-pub(crate) fn available(x: &Tensor<2>) -> bool {
-    x.dims()[0] <= MAX_ROWS && x.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+/// Whether [`DecodeLinearBackend::decode_linear`] runs for `x` (`[.., in]`, its leading
+/// dimensions the rows): its device and dtype have the pass, and it has at most [`MAX_ROWS`]
+/// rows.
+pub(crate) fn available<const D: usize>(x: &Tensor<D>) -> bool {
+    let rows: usize = x.dims()[..D - 1].iter().product();
+    rows <= MAX_ROWS && x.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
 }
 
 /// [`DecodeLinearBackend::decode_linear`], where [`available`].
