@@ -61,21 +61,11 @@ fn by_bands_of_inputs(
         band,
         bands: d_in.div_ceil(band).max(1),
     };
-    // Per task (block-major, then band): `[rows, block]` partial sums.
-    let mut partials = vec![0.0f32; blocks * task.bands * rows * block];
-    run(&mut partials, rows * block, &task);
-    let mut output = vec![0.0f32; rows * d_out];
-    for (index, partial) in partials.chunks_exact(rows * block).enumerate() {
-        let first = (index / task.bands) * block;
-        let width = block.min(d_out - first);
-        for r in 0..rows {
-            let into = &mut output[r * d_out + first..r * d_out + first + width];
-            into.iter_mut()
-                .zip(&partial[r * block..r * block + width])
-                .for_each(|(o, p)| *o += p);
-        }
-    }
-    output
+    // Tasks block-major, then band; a block's bands add up.
+    let bands = task.bands;
+    gather(&task, blocks * bands, rows, block, d_out, |index| {
+        (index / bands) * block
+    })
 }
 
 /// The tasks of [`by_bands_of_inputs`]: task `index` is block of columns `index / bands` and
@@ -150,19 +140,7 @@ fn by_bands_of_outputs(
         d_out,
         band,
     };
-    // Per task: `[rows, band]` outputs.
-    let mut partials = vec![0.0f32; bands * rows * band];
-    run(&mut partials, rows * band, &task);
-    let mut output = vec![0.0f32; rows * d_out];
-    for (index, partial) in partials.chunks_exact(rows * band).enumerate() {
-        let first = index * band;
-        let width = band.min(d_out - first);
-        for r in 0..rows {
-            output[r * d_out + first..r * d_out + first + width]
-                .copy_from_slice(&partial[r * band..r * band + width]);
-        }
-    }
-    output
+    gather(&task, bands, rows, band, d_out, |index| index * band)
 }
 
 /// The tasks of [`by_bands_of_outputs`]: task `index` is band `index` of the rows of `t`.
@@ -189,6 +167,32 @@ impl Task for OutputBands<'_> {
             }
         }
     }
+}
+
+/// `[rows, d_out]`: the sum of `tasks` tasks' `[rows, width]` partial results, task `index`'s
+/// at columns `first_column(index)..` (cut at `d_out`).
+fn gather(
+    task: &impl Task,
+    tasks: usize,
+    rows: usize,
+    width: usize,
+    d_out: usize,
+    first_column: impl Fn(usize) -> usize,
+) -> Vec<f32> {
+    let mut partials = vec![0.0f32; tasks * rows * width];
+    run(&mut partials, rows * width, task);
+    let mut output = vec![0.0f32; rows * d_out];
+    for (index, partial) in partials.chunks_exact(rows * width).enumerate() {
+        let first = first_column(index);
+        let width_here = width.min(d_out - first);
+        for r in 0..rows {
+            output[r * d_out + first..r * d_out + first + width_here]
+                .iter_mut()
+                .zip(&partial[r * width..r * width + width_here])
+                .for_each(|(o, p)| *o += p);
+        }
+    }
+    output
 }
 
 /// One task of a product, writing its chunk of partial results.
