@@ -542,6 +542,80 @@ fn generate_chats_with_smollm2_gguf(backend: &str) {
 }
 on_each_backend!(generate_chats_with_smollm2_gguf);
 
+/// `generate --weights f16` and `bf16` on SmolLM2's GGUF file: with the matrices stored in half
+/// the bytes, the greedy tokens of both reference cases are still transformers' float64 ones (on
+/// flex through the decode-shaped pass, on LibTorch through a cast per product). WGPU is left to
+/// the unit tests (each run here compiles its kernels anew on lavapipe).
+fn generate_keeps_greedy_tokens_with_narrow_weights(backend: &str) {
+    let gguf = smollm2_gguf();
+    let gguf = gguf.to_str().unwrap();
+    let ids = |case: &serde_json::Value, field: &str| -> Vec<u64> {
+        (case[field].as_array().unwrap().iter())
+            .map(|id| id.as_u64().unwrap())
+            .collect()
+    };
+    let (plain, chat) = (smollm2_greedy("plain"), smollm2_greedy("chat"));
+    let prompt: Vec<String> = (ids(&plain, "prompt_ids").iter())
+        .map(u64::to_string)
+        .collect();
+    let prompt = prompt.join(",");
+    let (plain_tokens, chat_tokens) = (ids(&plain, "tokens"), ids(&chat, "tokens"));
+    let plain_count = plain_tokens.len().to_string();
+    let message = chat["messages"][0]["content"].as_str().unwrap();
+    let new_ids = |json: &str| -> Vec<u64> {
+        let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        ids(&json, "new_ids")
+    };
+    for weights in ["f16", "bf16"] {
+        let common = ["--model", gguf, "--device", backend, "--weights", weights];
+        let mut args = common.to_vec();
+        args.extend(["--ids", &prompt, "--json"]);
+        args.extend(["--max-new-tokens", &plain_count]);
+        args.extend(["--min-new-tokens", &plain_count]);
+        let got = new_ids(&stdout_of(GENERATE, &args));
+        assert_eq!(got, plain_tokens, "{backend}, {weights}: plain");
+        let mut args = common.to_vec();
+        args.extend(["--chat", message, "--json", "--max-new-tokens", "16"]);
+        let got = new_ids(&stdout_of(GENERATE, &args));
+        assert_eq!(got, chat_tokens, "{backend}, {weights}: chat");
+    }
+}
+
+#[cfg(feature = "flex")]
+#[test]
+fn generate_keeps_greedy_tokens_with_narrow_weights_on_flex() {
+    generate_keeps_greedy_tokens_with_narrow_weights("flex");
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn generate_keeps_greedy_tokens_with_narrow_weights_on_tch() {
+    generate_keeps_greedy_tokens_with_narrow_weights("tch");
+}
+
+/// ndarray holds neither f16 nor bf16: `generate --weights` names the option and its value.
+#[cfg(feature = "ndarray")]
+#[test]
+fn generate_refuses_narrow_weights_on_ndarray() {
+    let gguf = smollm2_gguf();
+    let args = [
+        "--model",
+        gguf.to_str().unwrap(),
+        "--device",
+        "ndarray",
+        "--weights",
+        "bf16",
+        "--ids",
+        "1",
+    ];
+    let output = run(GENERATE, &args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("`weights` = \"bf16\": must be a type"),
+        "{stderr}"
+    );
+}
+
 /// `generate --interactive`: one reply per line of input, each with the whole conversation as
 /// its prompt (the second prompt holds the first exchange), until end of input.
 #[test]

@@ -4,9 +4,14 @@
 //! the other on the same threads, after a short and a long prompt.
 //!
 //! For each prompt and tool: prefill tokens/s (the prompt's pass up to the first token), decode
-//! tokens/s (every later token), and peak resident memory; then the machine's read bandwidth
+//! tokens/s (every later token), peak resident memory, and how many of the greedy tokens agree
+//! with the reference's before the first that differs; then the machine's read bandwidth
 //! (`real.py --bandwidth`) and the decode rate it bounds f32 weights to: every decoding step
 //! reads every weight once.
+//!
+//! Ours runs with f32 weights on every backend, then with f16 and bf16 weights (`--weights`) on
+//! those that hold them: the f32 rows' tokens are held to transformers', the narrow rows' to the
+//! same backend's f32 run.
 //!
 //! `cargo xtask bench long`: one prefill of 2,048 to 16,384 tokens, its time and the peak
 //! resident memory, ours beside transformers' SDPA: attention whose memory grows with the
@@ -28,11 +33,20 @@ const THREADS: usize = 2;
 /// SmolLM2-135M's weights in f32: 134,515,008 parameters (the tied head counted once).
 const WEIGHT_BYTES: f64 = 134_515_008.0 * 4.0;
 
+/// The weight types of ours: f32, and f16 and bf16 where the backend holds them (not ndarray).
+fn weight_types(backend: &str) -> &'static [&'static str] {
+    match backend {
+        "ndarray" => &["f32"],
+        _ => &["f32", "f16", "bf16"],
+    }
+}
+
 /// One generation's figures.
 struct Run {
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     peak_rss_mb: Option<f64>,
+    new_ids: Vec<u64>,
 }
 
 impl Run {
@@ -50,6 +64,12 @@ impl Run {
             prefill_tokens_per_s: prompt as f64 / field("prefill_s")?,
             decode_tokens_per_s: (NEW_TOKENS - 1) as f64 / field("decode_s")?,
             peak_rss_mb: json["peak_rss_mb"].as_f64(),
+            new_ids: json["new_ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_u64)
+                .collect(),
         })
     }
 }
@@ -129,13 +149,19 @@ impl<'a> Setup<'a> {
         ])
     }
 
-    /// Ours on `backend`: exactly `new_tokens` greedy tokens after `ids`.
-    fn ours(&self, backend: &str, ids: &str, new_tokens: usize) -> anyhow::Result<Value> {
+    /// Ours on `backend` with `weights`: exactly `new_tokens` greedy tokens after `ids`.
+    fn ours(
+        &self,
+        backend: &str,
+        weights: &str,
+        ids: &str,
+        new_tokens: usize,
+    ) -> anyhow::Result<Value> {
         let (sh, generate, gguf) = (self.sh, &self.generate, &self.gguf);
         let new_tokens = new_tokens.to_string();
         let out = cmd!(
             sh,
-            "{generate} --model {gguf} --device {backend} --ids {ids} --min-new-tokens {new_tokens} --max-new-tokens {new_tokens} --json"
+            "{generate} --model {gguf} --device {backend} --weights {weights} --ids {ids} --min-new-tokens {new_tokens} --max-new-tokens {new_tokens} --json"
         )
         .read()?;
         last_json(&out)
@@ -157,34 +183,50 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
 
     let mut failed = Vec::new();
     let mut table = vec![
-        "| prompt | tool | prefill tokens/s | decode tokens/s | decode ours / transformers | peak RSS |"
+        "| prompt | tool | prefill tokens/s | decode tokens/s | decode ours / transformers | peak RSS | greedy tokens as the reference's |"
             .to_owned(),
-        "|---|---|---|---|---|---|".to_owned(),
+        "|---|---|---|---|---|---|---|".to_owned(),
     ];
     for prompt in PROMPT_TOKENS {
         let ids = setup.prompt(prompt)?;
         eprintln!("xtask: transformers, {prompt}-token prompt");
         let theirs = Run::from_json(&setup.transformers(&ids, NEW_TOKENS)?, prompt)?;
-        table.push(row(prompt, "transformers 5.23, float32", &theirs, None));
+        table.push(row(
+            prompt,
+            "transformers 5.23, float32",
+            &theirs,
+            None,
+            None,
+        ));
         for backend in backends {
-            eprintln!("xtask: ours on {backend}, {prompt}-token prompt");
-            let ours = setup
-                .ours(backend, &ids, NEW_TOKENS)
-                .and_then(|json| Run::from_json(&json, prompt));
-            match ours {
-                Ok(ours) => table.push(row(
-                    prompt,
-                    &format!("ours, {backend}"),
-                    &ours,
-                    Some(&theirs),
-                )),
-                // The table says what failed; the command fails once it is printed.
-                Err(error) => {
-                    eprintln!("xtask: generate on {backend} failed: {error:#}");
-                    table.push(format!(
-                        "| {prompt} | ours, {backend} | failed (above) | | | |"
-                    ));
-                    failed.push(format!("{backend} with a {prompt}-token prompt"));
+            let mut f32_run = None;
+            for &weights in weight_types(backend) {
+                let tool = match weights {
+                    "f32" => format!("ours, {backend}"),
+                    narrow => format!("ours, {backend}, {narrow} weights"),
+                };
+                eprintln!("xtask: {tool}, {prompt}-token prompt");
+                let ours = setup
+                    .ours(backend, weights, &ids, NEW_TOKENS)
+                    .and_then(|json| Run::from_json(&json, prompt));
+                match ours {
+                    Ok(ours) => {
+                        // f32 against transformers; f16 and bf16 against this backend's f32.
+                        let reference = match &f32_run {
+                            Some(f32_run) => (f32_run, "f32"),
+                            None => (&theirs, "transformers"),
+                        };
+                        table.push(row(prompt, &tool, &ours, Some(&theirs), Some(reference)));
+                        if weights == "f32" {
+                            f32_run = Some(ours);
+                        }
+                    }
+                    // The table says what failed; the command fails once it is printed.
+                    Err(error) => {
+                        eprintln!("xtask: generate ({tool}) failed: {error:#}");
+                        table.push(format!("| {prompt} | {tool} | failed (above) | | | | |"));
+                        failed.push(format!("{tool} with a {prompt}-token prompt"));
+                    }
                 }
             }
         }
@@ -192,9 +234,12 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
     println!("\n{}", table.join("\n"));
     println!(
         "\nread bandwidth: {bandwidth:.1} GB/s on {THREADS} threads; {:.0} MB of f32 weights per \
-         decoding step bound decoding at {:.1} tokens/s",
+         decoding step bound decoding at {:.1} tokens/s, and {:.0} MB of f16 or bf16 ones at \
+         {:.1} tokens/s",
         WEIGHT_BYTES / 1e6,
-        bandwidth * 1e9 / WEIGHT_BYTES
+        bandwidth * 1e9 / WEIGHT_BYTES,
+        WEIGHT_BYTES / 2e6,
+        bandwidth * 2e9 / WEIGHT_BYTES
     );
     if !failed.is_empty() {
         bail!("generation failed on {}", failed.join(", "));
@@ -242,7 +287,10 @@ fn long_prefill(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
         table.push(row(prompt, "transformers 5.23 (SDPA)", theirs, "1"));
         for backend in backends {
             eprintln!("xtask: ours on {backend}, {prompt}-token prefill");
-            match setup.ours(backend, &ids, 1).and_then(|json| figures(&json)) {
+            match setup
+                .ours(backend, "f32", &ids, 1)
+                .and_then(|json| figures(&json))
+            {
                 Ok(ours) => {
                     let ratio = format!("{:.2}x", ours.0 / theirs.0);
                     table.push(row(prompt, &format!("ours, {backend}"), ours, &ratio));
@@ -265,7 +313,14 @@ fn long_prefill(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn row(prompt: usize, tool: &str, run: &Run, theirs: Option<&Run>) -> String {
+/// A table row; `reference` is the run (and its name) whose greedy tokens this one's are held to.
+fn row(
+    prompt: usize,
+    tool: &str,
+    run: &Run,
+    theirs: Option<&Run>,
+    reference: Option<(&Run, &str)>,
+) -> String {
     let ratio = theirs.map_or("1".to_owned(), |theirs| {
         format!(
             "{:.2}x",
@@ -275,8 +330,15 @@ fn row(prompt: usize, tool: &str, run: &Run, theirs: Option<&Run>) -> String {
     let rss = run
         .peak_rss_mb
         .map_or("-".to_owned(), |mb| format!("{mb:.0} MB"));
+    let agreement = reference.map_or("-".to_owned(), |(reference, name)| {
+        let same = (run.new_ids.iter())
+            .zip(&reference.new_ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        format!("{same} / {} ({name})", reference.new_ids.len())
+    });
     format!(
-        "| {prompt} | {tool} | {:.1} | {:.2} | {ratio} | {rss} |",
+        "| {prompt} | {tool} | {:.1} | {:.2} | {ratio} | {rss} | {agreement} |",
         run.prefill_tokens_per_s, run.decode_tokens_per_s
     )
 }

@@ -500,27 +500,21 @@ impl MultiHeadAttention {
                 "must be at least 1",
             ));
         }
-        // Burn's ops panic on mixed float types; the weights set the type.
-        let weights = self.query.weight.val().dtype();
-        if x.dtype() != weights {
-            return Err(AttentionError::input(
-                "x.dtype()",
-                x.dtype(),
-                format!("must be the weights' float type ({weights:?})"),
-            ));
-        }
+        // Burn's ops panic on mixed float types; `x` sets the type, the weights' or the one
+        // their narrower storage is widened to.
+        crate::linear::check_float_type(&x, &self.query)?;
         let biases = [
             (("bias.dtype()", "bias.dims()"), &bias),
             (("alibi_bias.dtype()", "alibi_bias.dims()"), &alibi_bias),
         ];
         for ((dtype_name, _), bias) in biases {
             if let Some(bias) = bias
-                && bias.dtype() != weights
+                && bias.dtype() != x.dtype()
             {
                 return Err(AttentionError::input(
                     dtype_name,
                     bias.dtype(),
-                    format!("must be the weights' float type ({weights:?})"),
+                    format!("must be x's float type ({:?})", x.dtype()),
                 ));
             }
         }

@@ -491,14 +491,7 @@ impl MultiHeadLatentAttention {
                 return Err(AttentionError::input(name, value, "must be at least 1"));
             }
         }
-        let weights = self.output.weight.val().dtype();
-        if x.dtype() != weights {
-            return Err(AttentionError::input(
-                "x.dtype()",
-                x.dtype(),
-                format!("must be the weights' float type ({weights:?})"),
-            ));
-        }
+        crate::linear::check_float_type(&x, &self.output)?;
         if let Some(bias) = bias.as_ref().or(alibi_bias.as_ref()) {
             return Err(AttentionError::input(
                 "bias",
@@ -624,9 +617,7 @@ impl MultiHeadLatentAttention {
         let c = &self.config;
         let [batch, _, k_len, rank] = latents.dims();
         let (heads, nope, rope_dim) = (c.n_heads, c.nope_dim, c.rope_dim());
-        let expanded = self
-            .kv_up
-            .forward(latents.reshape([batch, k_len, rank]))
+        let expanded = linear_forward(&self.kv_up, latents.reshape([batch, k_len, rank]))
             .reshape([batch, k_len, heads, nope + c.value_dim])
             .swap_dims(1, 2);
         let k_nope = expanded.clone().narrow(3, 0, nope);
@@ -668,6 +659,7 @@ impl MultiHeadLatentAttention {
             .kv_up
             .weight
             .val()
+            .cast(q_nope.dtype())
             .reshape([1, rank, heads, nope + value_dim])
             .permute([0, 2, 1, 3])
             .expand([batch, heads, rank, nope + value_dim]);

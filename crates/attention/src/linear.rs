@@ -5,34 +5,44 @@
 //! A decoding step reads every weight of the model once per token: the projections, the MLP and
 //! the head are matrix-vector products, bound by the memory's bandwidth. Burn's CPU matmul runs
 //! those on one thread; the pass splits the weight between the threads.
+//!
+//! Weights may be stored in a narrower float type than the computation's (f16 or bf16 for an
+//! f32 model: half the bytes per token). Both entry points compute in `x`'s type: the pass
+//! widens such weights as it reads them (flex), and elsewhere a cast widens them at each call.
 
 use burn::nn::Linear;
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
+
+use crate::AttentionError;
 
 use crate::kernels::decode_linear;
 
-/// `linear.forward(x)`, through the decode-shaped pass when `x` has at most a few rows (`batch
-/// * seq`; 4) on flex or ndarray without autodiff, in f32.
+/// `linear.forward(x)` in `x`'s float type, through the decode-shaped pass when `x` has at most
+/// a few rows (`batch * seq`; 4) on flex or ndarray without autodiff, in f32. A weight stored in
+/// a narrower type (f16, bf16) is widened to `x`'s.
 ///
 /// # Shapes
 /// - `x`: `[batch, seq, d_input]`
 /// - output: `[batch, seq, d_output]`
 pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    if !decode_linear::available(&x) {
-        return linear.forward(x);
+    let weight = linear.weight.val();
+    let bias = linear.bias.as_ref().map(|bias| bias.val().cast(x.dtype()));
+    if !decode_linear::available(&x, &weight) {
+        let weight = weight.cast(x.dtype());
+        return burn::tensor::module::linear(x, weight, bias);
     }
     let [batch, seq, d_input] = x.dims();
-    let weight = linear.weight.val();
     let d_output = weight.dims()[1];
     let rows = x.reshape([batch * seq, d_input]);
     let mut y = decode_linear::decode_linear(rows, weight, false);
-    if let Some(bias) = &linear.bias {
-        y = y + bias.val().unsqueeze::<2>();
+    if let Some(bias) = bias {
+        y = y + bias.unsqueeze::<2>();
     }
     y.reshape([batch, seq, d_output])
 }
 
-/// `x table^T`: logits from an embedding table `[vocab, d_model]` (a tied LM head), with the
+/// `x table^T` in `x`'s float type: logits from an embedding table `[vocab, d_model]` (a tied
+/// LM head, stored in `x`'s type or a narrower one), with the
 /// table the left operand of Burn's matmul, or read by rows in the decode-shaped pass where
 /// [`linear_forward`] would take it. As a transposed view on the right of a matmul, flex and
 /// ndarray copy the whole table at every call (113 MB for SmolLM2).
@@ -44,11 +54,33 @@ pub fn times_table(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
     let [batch, seq, d] = x.dims();
     let vocab = table.dims()[0];
     let rows = x.reshape([batch * seq, d]);
-    let logits = match decode_linear::available(&rows) {
+    let logits = match decode_linear::available(&rows, &table) {
         true => decode_linear::decode_linear(rows, table, true),
-        false => table.matmul(rows.transpose()).transpose(),
+        false => {
+            let table = table.cast(rows.dtype());
+            table.matmul(rows.transpose()).transpose()
+        }
     };
     logits.reshape([batch, seq, vocab])
+}
+
+/// Whether a layer whose weights are `weights`' float type computes in `x`'s: the weights' own
+/// type, or f32 for weights stored in f16 or bf16 (widened where they are read); else an error
+/// naming `x.dtype()`.
+pub(crate) fn check_float_type(x: &Tensor<3>, weights: &Linear) -> Result<(), AttentionError> {
+    let (x, weights) = (x.dtype(), weights.weight.val().dtype());
+    let widened = x == DType::F32 && matches!(weights, DType::F16 | DType::BF16);
+    match x == weights || widened {
+        true => Ok(()),
+        false => Err(AttentionError::input(
+            "x.dtype()",
+            x,
+            format!(
+                "must be the weights' float type ({weights:?}), or F32 for weights stored in F16 \
+                 or BF16"
+            ),
+        )),
+    }
 }
 
 /// The same matrix, stored row-major: for the weight of a [`Linear`] made from a view (a
@@ -106,4 +138,38 @@ mod tests {
     }
 
     for_each_backend!(equal_the_plain_ops);
+
+    /// Weights stored in f16 and bf16 (where the backend holds them) against the plain ops on
+    /// the same weights widened to f32: the output is f32, `x`'s type, through the pass (1 and
+    /// 4 rows on flex) and through a widening cast (5 rows, and every other backend).
+    fn compute_narrow_weights_in_the_inputs_type(device: &Device) {
+        let normal =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        let linear = LinearConfig::new(48, 72).init(device);
+        let table = Tensor::<2>::random([300, 48], Distribution::Normal(0.0, 1.0), device);
+        for dtype in [DType::F16, DType::BF16] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let mut narrow = linear.clone();
+            narrow.weight = narrow.weight.map(|w| w.cast(dtype));
+            let mut widened = linear.clone();
+            widened.weight = widened.weight.map(|w| w.cast(dtype).cast(DType::F32));
+            let narrow_table = table.clone().cast(dtype);
+            let widened_table = narrow_table.clone().cast(DType::F32);
+            for [batch, seq] in [[1, 1], [4, 1], [1, 5]] {
+                let x = normal([batch, seq, 48]);
+                let y = linear_forward(&narrow, x.clone());
+                assert_eq!(y.dtype(), DType::F32, "{dtype:?}");
+                let want = floats(&widened.forward(x.clone()).into_data());
+                assert_close(&y.into_data(), &want, 1e-4);
+                let logits = times_table(x.clone(), narrow_table.clone());
+                assert_eq!(logits.dtype(), DType::F32, "{dtype:?}");
+                let want = x.matmul(widened_table.clone().transpose().unsqueeze::<3>());
+                assert_close(&logits.into_data(), &floats(&want.into_data()), 1e-4);
+            }
+        }
+    }
+
+    for_each_backend!(compute_narrow_weights_in_the_inputs_type);
 }

@@ -116,9 +116,8 @@ impl RelativeXl {
     ) -> Result<(Tensor<4>, Tensor<4>), AttentionError> {
         let [batch, heads, q_len, head_dim] = q.dims();
         let device = q.device();
-        let r = self
-            .relative
-            .forward(self.try_relative_table(k_len)?.to_device(&device))
+        let table = self.try_relative_table(k_len)?.to_device(&device);
+        let r = crate::linear_forward(&self.relative, table.unsqueeze::<3>())
             .reshape([1, k_len, heads, head_dim])
             .swap_dims(1, 2);
         let bias = |b: &Param<Tensor<2>>| b.val().reshape([1, heads, 1, head_dim]);

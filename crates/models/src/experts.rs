@@ -330,7 +330,10 @@ impl MixtureOfExperts {
     /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores
     /// (gpt-oss), their sigmoids (Llama 4), or DeepSeek's group-limited choice; zero elsewhere.
     pub fn routing(&self, x: Tensor<2>) -> Tensor<2> {
-        let scores = self.router.forward(x);
+        let [tokens, _] = x.dims();
+        let experts = self.router.weight.dims()[1];
+        let scores =
+            attention::linear_forward(&self.router, x.unsqueeze::<3>()).reshape([tokens, experts]);
         if let Routing::SigmoidGroupLimited {
             groups,
             top_groups,

@@ -42,6 +42,7 @@ mod pretrained;
 pub mod scoring;
 pub mod sentence;
 pub mod transformer;
+pub mod weight_type;
 
 pub use block::{
     Block, BlockConfig, BlockLayout, FeedForward, FeedForwardConfig, SelfAttention,
@@ -64,6 +65,7 @@ pub use transformer::{
     AbsolutePositions, AbsolutePositionsConfig, ModelInputs, OutputHead, PositionIds, Transformer,
     TransformerConfig, check_token_ids, positions_from_mask,
 };
+pub use weight_type::WeightType;
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -5,7 +5,7 @@ use attention::{AttentionInputs, KvCache, PositionalScheme};
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::{Bool, Device, Int, Tensor};
+use burn::tensor::{Bool, DType, Device, Int, Tensor};
 use positional::{
     Alibi, LearnedPositionalEmbedding, LearnedPositionalEmbeddingConfig, Positions, RopeScaling,
     RotaryAngles, RotaryEncoding, SinusoidalEncoding, SinusoidalEncodingConfig, device_ints,
@@ -573,8 +573,9 @@ impl Transformer {
     pub fn pool(&self, hidden: Tensor<3>) -> Option<Tensor<2>> {
         let pooler = self.pooler.as_ref()?;
         let [batch, _, d_model] = hidden.dims();
-        let first = hidden.narrow(1, 0, 1).reshape([batch, d_model]);
-        Some(pooler.forward(first).tanh())
+        let first = hidden.narrow(1, 0, 1);
+        let pooled = attention::linear_forward(pooler, first).reshape([batch, d_model]);
+        Some(pooled.tanh())
     }
 
     /// Checks `ids` against the vocabulary: one reduction, read back.
@@ -669,6 +670,10 @@ impl Transformer {
         };
 
         let mut x = self.embedding.forward(ids);
+        // A table stored in f16 or bf16 (`try_with_weights`) for a model computing in f32.
+        if matches!(x.dtype(), DType::F16 | DType::BF16) {
+            x = x.cast(DType::F32);
+        }
         if let Some(scale) = self.config.embedding_scale {
             x = x * scale;
         }

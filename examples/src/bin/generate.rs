@@ -11,7 +11,8 @@
 //! `--interactive` a conversation on the terminal (history kept, each reply streamed; Ctrl-D
 //! ends it), `--ids` token ids for a model without a tokenizer. Tokens are printed as they come
 //! and tokens/s at the end; `--json` prints one JSON object instead:
-//! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s, peak_rss_mb}`.
+//! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s, peak_rss_mb}`. `--weights f16`
+//! (or `bf16`) stores the model's matrices in half the bytes, for faster decoding on flex.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use examples::device::{default_backend, device};
-use models::{GenerationConfig, Message, Pretrained};
+use models::{GenerationConfig, Message, Pretrained, WeightType};
 
 #[derive(Parser, Debug)]
 #[command(about = "Generate text from a GGUF file or a Hugging Face decoder directory.")]
@@ -32,6 +33,10 @@ struct Args {
     /// Backend: flex, ndarray, wgpu, tch, cuda, rocm or metal (those this binary was built with).
     #[arg(long, default_value = default_backend())]
     device: String,
+    /// The float type the model's matrices are stored in: f32, or f16 or bf16 for half the
+    /// bytes per token (the model computes in f32; flex, LibTorch and WGPU hold them).
+    #[arg(long, default_value_t = WeightType::F32)]
+    weights: WeightType,
     /// The prompt as plain text, tokenised with the tokenizer's special tokens (BOS where the
     /// model adds one).
     #[arg(long, conflicts_with_all = ["ids", "chat", "interactive"])]
@@ -79,8 +84,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let device = device(&args.device)?;
     let loading = Instant::now();
-    let pretrained = Pretrained::load(&args.model, &device)
+    let mut pretrained = Pretrained::load(&args.model, &device)
         .with_context(|| format!("loading {}", args.model.display()))?;
+    pretrained.model = pretrained.model.try_with_weights(args.weights)?;
     let stop = match args.stop.is_empty() {
         true => pretrained.stop_tokens.clone(),
         false => args.stop.clone(),
@@ -94,9 +100,10 @@ fn main() -> anyhow::Result<()> {
         .with_seed(args.seed)
         .with_stop_tokens(stop.clone());
     eprintln!(
-        "{} ({} layers) on {} in {:.1} s",
+        "{} ({} layers, {} weights) on {} in {:.1} s",
         pretrained.model_type,
         pretrained.model.blocks.len(),
+        args.weights,
         args.device,
         loading.elapsed().as_secs_f64(),
     );

@@ -20,9 +20,6 @@
 
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 mod cpu;
-// The decode-shaped linear pass's table rows are dot products too.
-#[cfg(any(feature = "ndarray", feature = "flex"))]
-pub(crate) use cpu::dot;
 #[cfg(feature = "cube")]
 mod cube;
 

@@ -9,7 +9,9 @@
 //! every output) and an embedding table read as its transpose, `[out, in]` (a tied LM head:
 //! each task takes a band of outputs, a dot product each).
 //!
-//! On flex and ndarray, without autodiff, in f32, for up to [`MAX_ROWS`] rows. LibTorch keeps
+//! On flex and ndarray, without autodiff, for `x` in f32 and up to [`MAX_ROWS`] rows, and a
+//! weight in f32, or in f16 or bf16 (flex holds those; ndarray has no half types), widened as it
+//! is read. LibTorch keeps
 //! torch's own matrix-vector product (multi-threaded already), and the other backends, and
 //! more rows, Burn's matmul, which is also what the tests hold this pass to.
 //!
@@ -19,6 +21,8 @@
 
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod cpu;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod element;
 
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
@@ -34,7 +38,8 @@ pub(crate) const MAX_ROWS: usize = 4;
 )]
 pub trait DecodeLinearBackend: burn::backend::Backend {
     /// `x w` for `w = weight` (`[in, out]`), or `w = weight^T` when `out_by_in` (`weight` is
-    /// `[out, in]`, as an embedding table is).
+    /// `[out, in]`, as an embedding table is), in f32 (`x`'s type) whether `weight` is f32, f16
+    /// or bf16.
     ///
     /// # Shapes
     /// - `x`: `[rows, in]`; `weight`: `[in, out]`, or `[out, in]` when `out_by_in`; any strides
@@ -49,11 +54,14 @@ pub trait DecodeLinearBackend: burn::backend::Backend {
 }
 
 /// Whether [`DecodeLinearBackend::decode_linear`] runs for `x` (`[.., in]`, its leading
-/// dimensions the rows): its device and dtype have the pass, and it has at most [`MAX_ROWS`]
-/// rows.
-pub(crate) fn available<const D: usize>(x: &Tensor<D>) -> bool {
+/// dimensions the rows) and `weight`: their device has the pass, `x` is f32 with at most
+/// [`MAX_ROWS`] rows, and `weight` is f32, f16 or bf16.
+pub(crate) fn available<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bool {
     let rows: usize = x.dims()[..D - 1].iter().product();
-    rows <= MAX_ROWS && x.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+    rows <= MAX_ROWS
+        && x.dtype() == DType::F32
+        && matches!(weight.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && has_kernel(x.device().as_dispatch())
 }
 
 /// [`DecodeLinearBackend::decode_linear`], where [`available`].
@@ -99,12 +107,14 @@ mod tests {
     fn equals_matmul(device: &Device) {
         let normal =
             |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device);
-        assert!(available(&normal([MAX_ROWS, 8])));
-        assert!(!available(&normal([MAX_ROWS + 1, 8])));
+        let weight = normal([8, 4]);
+        assert!(available(&normal([MAX_ROWS, 8]), &weight));
+        assert!(!available(&normal([MAX_ROWS + 1, 8]), &weight));
         for rows in [1, MAX_ROWS] {
             for (d_in, d_out) in [(3, 5), (64, 24), (576, 192), (130, 5000), (2100, 70)] {
                 let x = normal([rows, d_in]);
                 let w = normal([d_in, d_out]);
+                assert!(available(&x, &w));
                 let want = floats(&x.clone().matmul(w.clone()).into_data());
                 let tolerance = 1e-5 * (d_in as f32).sqrt();
                 let row_major = decode_linear(x.clone(), w.clone(), false);
@@ -127,21 +137,70 @@ mod tests {
         }
     }
 
-    /// The pass runs on flex and ndarray, for f32 and at most [`MAX_ROWS`] rows, never under
-    /// autodiff (it has no backward); everywhere else Burn's matmul does.
+    /// A weight stored in f16 or bf16 against Burn's matmul of it widened to f32, in both
+    /// layouts and through a view: the widened values are exact, so only the order of the sums
+    /// differs from the reference.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn narrow_weights_equal_matmul_of_their_widening_on_flex() {
+        let device = device("flex");
+        let normal =
+            |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        for dtype in [DType::F16, DType::BF16] {
+            for rows in [1, MAX_ROWS] {
+                for (d_in, d_out) in [(3, 5), (576, 192), (130, 5000), (2100, 70)] {
+                    let x = normal([rows, d_in]);
+                    let w = normal([d_in, d_out]).cast(dtype);
+                    assert!(available(&x, &w), "{dtype:?}");
+                    let widened = w.clone().cast(DType::F32);
+                    let want = floats(&x.clone().matmul(widened).into_data());
+                    let tolerance = 1e-5 * (d_in as f32).sqrt();
+                    let by_rows = decode_linear(x.clone(), w.clone(), false);
+                    assert_eq!(by_rows.dtype(), DType::F32);
+                    assert_close(&by_rows.into_data(), &want, tolerance);
+                    let table = crate::row_major(w.clone().transpose());
+                    assert_eq!(table.dtype(), dtype);
+                    let by_table = decode_linear(x.clone(), table, true);
+                    assert_close(&by_table.into_data(), &want, tolerance);
+                    let viewed = decode_linear(x, w.transpose(), true);
+                    assert_close(&viewed.into_data(), &want, tolerance);
+                }
+            }
+        }
+    }
+
+    /// The pass runs on flex and ndarray, for f32 and at most [`MAX_ROWS`] rows, weights in f32
+    /// (and f16 and bf16 on flex, the CPU backend that holds them), never under autodiff (it has
+    /// no backward); everywhere else Burn's matmul does.
     #[test]
     fn runs_on_flex_and_ndarray_without_autodiff_only() {
         for (name, device) in positional::testing::devices() {
             let cpu = matches!(name, "flex" | "ndarray");
+            let weight = Tensor::<2>::zeros([8, 4], &device);
             assert_eq!(
-                available(&Tensor::<2>::zeros([1, 8], &device)),
+                available(&Tensor::<2>::zeros([1, 8], &device), &weight),
                 cpu,
                 "{name}"
             );
             let many = Tensor::<2>::zeros([MAX_ROWS + 1, 8], &device);
-            assert!(!available(&many), "{name}, {} rows", MAX_ROWS + 1);
+            assert!(!available(&many, &weight), "{name}, {} rows", MAX_ROWS + 1);
             let tracked = Tensor::<2>::zeros([1, 8], &device.clone().autodiff());
-            assert!(!available(&tracked), "{name} under autodiff");
+            let tracked_weight = Tensor::<2>::zeros([8, 4], &device.clone().autodiff());
+            assert!(
+                !available(&tracked, &tracked_weight),
+                "{name} under autodiff"
+            );
+            let x = Tensor::<2>::zeros([1, 8], &device);
+            for dtype in [DType::F16, DType::BF16] {
+                if device.supports_dtype(dtype) {
+                    let narrow = weight.clone().cast(dtype);
+                    assert_eq!(available(&x, &narrow), cpu, "{name}, {dtype:?} weight");
+                }
+            }
+            if device.supports_dtype(DType::F64) {
+                let wide = weight.clone().cast(DType::F64);
+                assert!(!available(&x, &wide), "{name}, f64 weight");
+            }
         }
     }
 

@@ -1,25 +1,26 @@
-//! Strided `f32` views of the CPU backends' buffers, which the CPU kernels read in place:
-//! ndarray's arrays, flex's tensors and LibTorch's CPU tensors, each copied first only where
-//! its features are not adjacent or a stride is negative.
+//! Strided views of the CPU backends' buffers, which the CPU kernels read in place: ndarray's
+//! arrays, flex's tensors and LibTorch's CPU tensors, each copied first only where its features
+//! are not adjacent or a stride is negative. The attention kernels read `f32`; the decode-shaped
+//! product also reads weights stored in `f16` and `bf16` on flex.
 
 // Burn 0.22 deprecates its ndarray and LibTorch backends in favour of flex and CubeCL; users
 // still run them.
 #![allow(deprecated)]
 
-/// `[batch, heads, rows, head_dim]` values of an f32 buffer, features adjacent (stride 1):
+/// `[batch, heads, rows, head_dim]` values of a buffer of `T`, features adjacent (stride 1):
 /// element `(b, h, r, d)` at `values[b * strides[0] + h * strides[1] + r * strides[2] + d]`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Strided<'a> {
-    pub values: &'a [f32],
+pub(crate) struct Strided<'a, T = f32> {
+    pub values: &'a [T],
     pub shape: [usize; 4],
     pub strides: [usize; 3],
 }
 
-impl<'a> Strided<'a> {
+impl<'a, T> Strided<'a, T> {
     /// `values` read through `shape` and `strides` from element `offset`, when the features are
     /// adjacent and every stride is non-negative (so the elements lie at and after `offset`).
     pub fn new(
-        values: &'a [f32],
+        values: &'a [T],
         shape: [usize; 4],
         strides: &[isize],
         offset: usize,
@@ -40,17 +41,6 @@ impl<'a> Strided<'a> {
         })
     }
 
-    /// The number of elements from the first to the last one, inclusive: how much of a buffer
-    /// starting at the first element the view reads (0 when it is empty).
-    // Flex hands over its whole buffer; ndarray and torch give a pointer to the first element.
-    #[cfg(any(feature = "ndarray", feature = "tch"))]
-    pub fn span(shape: [usize; 4], strides: [usize; 3]) -> usize {
-        if shape.contains(&0) {
-            return 0;
-        }
-        (0..3).map(|i| (shape[i] - 1) * strides[i]).sum::<usize>() + shape[3]
-    }
-
     /// Rows `first .. first + len` of the view.
     pub fn rows(self, first: usize, len: usize) -> Self {
         Self {
@@ -61,9 +51,22 @@ impl<'a> Strided<'a> {
     }
 
     #[inline(always)]
-    pub fn row(&self, b: usize, h: usize, r: usize) -> &'a [f32] {
+    pub fn row(&self, b: usize, h: usize, r: usize) -> &'a [T] {
         let at = b * self.strides[0] + h * self.strides[1] + r * self.strides[2];
         &self.values[at..at + self.shape[3]]
+    }
+}
+
+impl<'a> Strided<'a> {
+    /// The number of elements from the first to the last one, inclusive: how much of a buffer
+    /// starting at the first element the view reads (0 when it is empty).
+    // Flex hands over its whole buffer; ndarray and torch give a pointer to the first element.
+    #[cfg(any(feature = "ndarray", feature = "tch"))]
+    pub fn span(shape: [usize; 4], strides: [usize; 3]) -> usize {
+        if shape.contains(&0) {
+            return 0;
+        }
+        (0..3).map(|i| (shape[i] - 1) * strides[i]).sum::<usize>() + shape[3]
     }
 
     /// The rows of batch row `b`, head `h`.
@@ -208,7 +211,8 @@ mod flex_view {
     use std::ops::Range;
 
     use burn::backend::flex::FlexTensor;
-    use burn::tensor::TensorData;
+    use burn::tensor::{Element, TensorData};
+    use bytemuck::Pod;
 
     use super::{Kernel, Strided};
 
@@ -236,15 +240,18 @@ mod flex_view {
         on.then(|| t.to_contiguous().storage::<f32>().to_vec())
     }
 
-    /// `f` over the matrix `t` (`[rows, cols]`) as a `[1, 1, rows, cols]` view, copied first
-    /// if its columns are not adjacent or a stride is negative.
-    pub(crate) fn matrix<R>(t: FlexTensor, f: impl FnOnce(Strided<'_>) -> R) -> R {
+    /// `f` over the matrix `t` (`[rows, cols]`, its elements `T`) as a `[1, 1, rows, cols]`
+    /// view, copied first if its columns are not adjacent or a stride is negative.
+    pub(crate) fn matrix<T: Element + Pod, R>(
+        t: FlexTensor,
+        f: impl FnOnce(Strided<'_, T>) -> R,
+    ) -> R {
         let t = readable(t);
         let layout = t.layout();
         let [rows, cols] = layout.shape().dims::<2>();
         let strides = layout.strides();
         f(Strided::new(
-            t.storage::<f32>(),
+            t.storage::<T>(),
             [1, 1, rows, cols],
             &[0, 0, strides[0], strides[1]],
             layout.start_offset(),

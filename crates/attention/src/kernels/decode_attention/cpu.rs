@@ -214,7 +214,7 @@ impl Step<'_> {
 /// `a . b` in eight lanes, which the compiler keeps in one vector register (a sum in one
 /// accumulator would have to add in order, one float at a time).
 #[inline(always)]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
     let (a_tail, b_tail) = (a8.remainder(), b8.remainder());

@@ -7,10 +7,13 @@
 //!   sums are added at the end.
 //! - `[out, in]` (an embedding table read as its transpose): a task is a band of outputs, one
 //!   dot product of each row of `x` with each of its rows.
+//!
+//! Weights stored in f16 or bf16 (flex) are widened to f32 in registers as a task reads them
+//! (`element.rs`): the memory reads half the bytes, and the sums are the f32 path's.
 
 use rayon::prelude::*;
 
-use crate::kernels::decode_attention::dot;
+use super::element::WeightElement;
 use crate::kernels::strided::Strided;
 
 /// Floats of weight per task (128 KB): enough to be worth a rayon task and to stream.
@@ -25,7 +28,11 @@ const BLOCK_COLS: usize = 2048;
 
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times `w`: `weight` as `[1, 1, in,
 /// out]`, or, when `out_by_in`, as `[1, 1, out, in]` standing for its transpose.
-pub(crate) fn rows_times(x: Strided<'_>, weight: Strided<'_>, out_by_in: bool) -> Vec<f32> {
+pub(crate) fn rows_times<W: WeightElement>(
+    x: Strided<'_>,
+    weight: Strided<'_, W>,
+    out_by_in: bool,
+) -> Vec<f32> {
     let tasks_for = |floats: usize| {
         floats
             .div_ceil(TASK_FLOATS)
@@ -40,9 +47,9 @@ pub(crate) fn rows_times(x: Strided<'_>, weight: Strided<'_>, out_by_in: bool) -
 }
 
 /// `x w` for `w` `[d_in, d_out]`, row-major.
-fn by_bands_of_inputs(
+fn by_bands_of_inputs<W: WeightElement>(
     x: Strided<'_>,
-    w: Strided<'_>,
+    w: Strided<'_, W>,
     rows: usize,
     [d_in, d_out]: [usize; 2],
     tasks: usize,
@@ -70,9 +77,9 @@ fn by_bands_of_inputs(
 
 /// The tasks of [`by_bands_of_inputs`]: task `index` is block of columns `index / bands` and
 /// band of rows `index % bands` of `w`.
-struct InputBands<'a> {
+struct InputBands<'a, W> {
     x: Strided<'a>,
-    w: Strided<'a>,
+    w: Strided<'a, W>,
     rows: usize,
     d_in: usize,
     d_out: usize,
@@ -81,7 +88,7 @@ struct InputBands<'a> {
     bands: usize,
 }
 
-impl Task for InputBands<'_> {
+impl<W: WeightElement> Task for InputBands<'_, W> {
     #[inline(always)]
     fn run(&self, index: usize, out: &mut [f32]) {
         let Self {
@@ -105,7 +112,7 @@ impl Task for InputBands<'_> {
             let w4 = [w_row(i), w_row(i + 1), w_row(i + 2), w_row(i + 3)];
             for r in 0..rows {
                 let x = &x.row(0, 0, r)[i..i + 4];
-                axpy4(
+                W::axpy4(
                     &mut out[r * block..r * block + width],
                     [x[0], x[1], x[2], x[3]],
                     w4,
@@ -116,16 +123,16 @@ impl Task for InputBands<'_> {
         for i in i..band.end {
             for r in 0..rows {
                 let x_ri = x.row(0, 0, r)[i];
-                axpy(&mut out[r * block..r * block + width], x_ri, w_row(i));
+                W::axpy(&mut out[r * block..r * block + width], x_ri, w_row(i));
             }
         }
     }
 }
 
 /// `x t^T` for `t` `[d_out, d_in]`, row-major.
-fn by_bands_of_outputs(
+fn by_bands_of_outputs<W: WeightElement>(
     x: Strided<'_>,
-    t: Strided<'_>,
+    t: Strided<'_, W>,
     rows: usize,
     [d_in, d_out]: [usize; 2],
     tasks: usize,
@@ -144,16 +151,16 @@ fn by_bands_of_outputs(
 }
 
 /// The tasks of [`by_bands_of_outputs`]: task `index` is band `index` of the rows of `t`.
-struct OutputBands<'a> {
+struct OutputBands<'a, W> {
     x: Strided<'a>,
-    t: Strided<'a>,
+    t: Strided<'a, W>,
     rows: usize,
     d_in: usize,
     d_out: usize,
     band: usize,
 }
 
-impl Task for OutputBands<'_> {
+impl<W: WeightElement> Task for OutputBands<'_, W> {
     #[inline(always)]
     fn run(&self, index: usize, out: &mut [f32]) {
         let Self {
@@ -163,7 +170,7 @@ impl Task for OutputBands<'_> {
         for j in first..(first + band).min(self.d_out) {
             let t_row = &t.row(0, 0, j)[..self.d_in];
             for r in 0..rows {
-                out[r * band + j - first] = dot(x.row(0, 0, r), t_row);
+                out[r * band + j - first] = W::dot(x.row(0, 0, r), t_row);
             }
         }
     }
@@ -231,44 +238,42 @@ fn run_one(task: &impl Task, index: usize, out: &mut [f32]) {
     task.run(index, out)
 }
 
-/// `out += a[0] * x[0] + .. + a[3] * x[3]`.
-#[inline(always)]
-fn axpy4(out: &mut [f32], a: [f32; 4], x: [&[f32]; 4]) {
-    let n = out.len();
-    let [x0, x1, x2, x3] = x.map(|x| &x[..n]);
-    for c in 0..n {
-        out[c] += a[0] * x0[c] + a[1] * x1[c] + a[2] * x2[c] + a[3] * x3[c];
-    }
-}
-
-/// `out += a * x`.
-#[inline(always)]
-fn axpy(out: &mut [f32], a: f32, x: &[f32]) {
-    out.iter_mut().zip(x).for_each(|(o, x)| *o += a * x);
-}
-
 /// The extension for each CPU backend: the operands as views (`kernels::strided`), the
 /// product, and the output as its tensor.
 #[cfg(feature = "flex")]
 mod flex {
     use burn::backend::Flex;
     use burn::backend::flex::FlexTensor;
-    use burn::tensor::TensorData;
+    use burn::tensor::{DType, Element, TensorData};
+    use bytemuck::Pod;
+    use half::{bf16, f16};
 
-    use super::rows_times;
+    use super::{WeightElement, rows_times};
     use crate::kernels::decode_linear::DecodeLinearBackend;
-    use crate::kernels::strided::flex_matrix;
+    use crate::kernels::strided::{Strided, flex_matrix};
 
     impl DecodeLinearBackend for Flex {
         fn decode_linear(x: FlexTensor, weight: FlexTensor, out_by_in: bool) -> FlexTensor {
-            let output = flex_matrix(x, |x| {
-                flex_matrix(weight, |w| {
-                    let d_out = w.shape[if out_by_in { 2 } else { 3 }];
-                    (rows_times(x, w, out_by_in), [x.shape[2], d_out])
-                })
+            let output = flex_matrix(x, |x| match weight.dtype() {
+                DType::F32 => times::<f32>(x, weight, out_by_in),
+                DType::F16 => times::<f16>(x, weight, out_by_in),
+                DType::BF16 => times::<bf16>(x, weight, out_by_in),
+                other => panic!("decode_linear: an f32, f16 or bf16 weight, not {other:?}"),
             });
             FlexTensor::from_data(TensorData::new(output.0, output.1))
         }
+    }
+
+    /// The product and its shape, for a weight of `W`.
+    fn times<W: WeightElement + Element + Pod>(
+        x: Strided<'_>,
+        weight: FlexTensor,
+        out_by_in: bool,
+    ) -> (Vec<f32>, [usize; 2]) {
+        flex_matrix(weight, |w: Strided<'_, W>| {
+            let d_out = w.shape[if out_by_in { 2 } else { 3 }];
+            (rows_times(x, w, out_by_in), [x.shape[2], d_out])
+        })
     }
 }
 
