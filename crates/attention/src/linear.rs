@@ -28,8 +28,10 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let weight = linear.weight.val();
     let bias = linear.bias.as_ref().map(|bias| bias.val().cast(x.dtype()));
     if !decode_linear::available(&x, &weight) {
-        let weight = weight.cast(x.dtype());
-        return burn::tensor::module::linear(x, weight, bias);
+        return match weight.dtype() == x.dtype() {
+            true => linear.forward(x),
+            false => burn::tensor::module::linear(x, weight.cast(x.dtype()), bias),
+        };
     }
     let [batch, seq, d_input] = x.dims();
     let d_output = weight.dims()[1];
@@ -41,11 +43,11 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     y.reshape([batch, seq, d_output])
 }
 
-/// `x table^T` in `x`'s float type: logits from an embedding table `[vocab, d_model]` (a tied
-/// LM head, stored in `x`'s type or a narrower one), with the
-/// table the left operand of Burn's matmul, or read by rows in the decode-shaped pass where
-/// [`linear_forward`] would take it. As a transposed view on the right of a matmul, flex and
-/// ndarray copy the whole table at every call (113 MB for SmolLM2).
+/// `x table^T` in `x`'s float type: logits from an embedding table `[vocab, d_model]` (a tied LM
+/// head, stored in `x`'s type or a narrower one), with the table the left operand of Burn's
+/// matmul, or read by rows in the decode-shaped pass where [`linear_forward`] would take it. As
+/// a transposed view on the right of a matmul, flex and ndarray copy the whole table at every
+/// call (113 MB for SmolLM2).
 ///
 /// # Shapes
 /// - `x`: `[batch, seq, d_model]`; `table`: `[vocab, d_model]`
