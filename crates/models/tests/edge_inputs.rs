@@ -461,13 +461,15 @@ fn tensor_edit() -> impl Strategy<Value = TensorEdit> {
     ]
 }
 
-/// A scratch directory per backend and process.
-fn scratch(device: &Device) -> PathBuf {
+/// A scratch directory per test, backend and process: tests run in parallel, and each removes
+/// its own at the end (one directory shared by two tests was removed under the other).
+fn scratch(test: &str, device: &Device) -> PathBuf {
     let name = format!("{device:?}")
         .chars()
         .filter(char::is_ascii_alphanumeric)
         .collect::<String>();
-    let dir = std::env::temp_dir().join(format!("models-edges-{name}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("models-edges-{test}-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -476,7 +478,7 @@ fn scratch(device: &Device) -> PathBuf {
 /// learned positions each answer or name the tensor; a float dtype gives the logits of the
 /// original weights rounded to it.
 fn edited_checkpoints_answer_or_name_the_tensor(device: &Device) {
-    let dir = scratch(device);
+    let dir = scratch("edited", device);
     let strategy = (
         0..FAMILIES.len(),
         any::<usize>(),
@@ -581,8 +583,7 @@ enum ShardEdit {
 /// the single file's logits; a tensor in both shards, or one the index places in the wrong
 /// shard, is an error naming it (never the weights of whichever shard was read last).
 fn sharded_checkpoints_load_or_name_the_tensor(device: &Device) {
-    let dir = scratch(device).join("sharded");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("sharded", device);
     let strategy = (
         0..FAMILIES.len(),
         any::<usize>(),
