@@ -28,9 +28,10 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let weight = linear.weight.val();
     let bias = linear.bias.as_ref().map(|bias| bias.val().cast(x.dtype()));
     if !decode_linear::available(&x, &weight) {
-        return match weight.dtype() == x.dtype() {
+        let dtype = x.dtype();
+        return match weight.dtype() == dtype {
             true => linear.forward(x),
-            false => burn::tensor::module::linear(x, weight.cast(x.dtype()), bias),
+            false => burn::tensor::module::linear(x, weight.cast(dtype), bias),
         };
     }
     let [batch, seq, d_input] = x.dims();
