@@ -72,6 +72,12 @@ fn axpy4_with<T: Copy, const LINE: usize>(
     }
 }
 
+/// [`WeightElement::axpy`] for weights that `widen` reads as f32.
+#[inline(always)]
+fn axpy_with<T: Copy>(out: &mut [f32], a: f32, w: &[T], widen: impl Fn(T) -> f32) {
+    out.iter_mut().zip(w).for_each(|(o, &w)| *o += a * widen(w));
+}
+
 /// [`WeightElement::dot`] for weights that `widen` reads as f32: eight partial sums, a cache
 /// line at a time with the line [`PREFETCH_BYTES`] ahead requested.
 #[inline(always)]
@@ -104,7 +110,7 @@ impl WeightElement for f32 {
 
     #[inline(always)]
     fn axpy(out: &mut [f32], a: f32, w: &[f32]) {
-        out.iter_mut().zip(w).for_each(|(o, w)| *o += a * w);
+        axpy_with(out, a, w, |w| w);
     }
 
     #[inline(always)]
@@ -127,9 +133,7 @@ impl WeightElement for bf16 {
 
     #[inline(always)]
     fn axpy(out: &mut [f32], a: f32, w: &[bf16]) {
-        out.iter_mut()
-            .zip(w)
-            .for_each(|(o, &w)| *o += a * widen_bf16(w));
+        axpy_with(out, a, w, widen_bf16);
     }
 
     #[inline(always)]
@@ -149,19 +153,12 @@ impl WeightElement for f16 {
             #[allow(unsafe_code)]
             return unsafe { f16c::axpy4(out, a, w) };
         }
-        for c in 0..n {
-            out[c] += a[0] * w[0][c].to_f32()
-                + a[1] * w[1][c].to_f32()
-                + a[2] * w[2][c].to_f32()
-                + a[3] * w[3][c].to_f32();
-        }
+        axpy4_with::<f16, 32>(out, a, w, f16::to_f32);
     }
 
     #[inline(always)]
     fn axpy(out: &mut [f32], a: f32, w: &[f16]) {
-        out.iter_mut()
-            .zip(w)
-            .for_each(|(o, w)| *o += a * w.to_f32());
+        axpy_with(out, a, w, f16::to_f32);
     }
 
     #[inline(always)]
@@ -173,7 +170,7 @@ impl WeightElement for f16 {
             #[allow(unsafe_code)]
             return unsafe { f16c::dot(x, w) };
         }
-        x.iter().zip(w).map(|(x, w)| x * w.to_f32()).sum()
+        dot_with::<f16, 32>(x, w, f16::to_f32)
     }
 }
 
@@ -251,12 +248,8 @@ mod f16c {
             step(out, c);
             c += 8;
         }
-        for c in c..n {
-            out[c] += a[0] * w[0][c].to_f32()
-                + a[1] * w[1][c].to_f32()
-                + a[2] * w[2][c].to_f32()
-                + a[3] * w[3][c].to_f32();
-        }
+        // The last few, one at a time.
+        super::axpy4_with::<f16, 32>(&mut out[c..], a, w.map(|w| &w[c..]), f16::to_f32);
     }
 
     /// [`WeightElement::dot`](super::WeightElement::dot) for f16, `x` as long as `w`.
@@ -292,10 +285,7 @@ mod f16c {
             _mm256_extractf128_ps::<1>(lanes),
         );
         let pairs = _mm_hadd_ps(halves, halves);
-        let mut sum = _mm_cvtss_f32(_mm_hadd_ps(pairs, pairs));
-        for c in c..n {
-            sum += x[c] * w[c].to_f32();
-        }
-        sum
+        _mm_cvtss_f32(_mm_hadd_ps(pairs, pairs))
+            + super::dot_with::<f16, 32>(&x[c..], &w[c..], f16::to_f32)
     }
 }
