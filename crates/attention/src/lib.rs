@@ -37,6 +37,7 @@
 //! assert_eq!((prefill.dims(), cache.len()), ([2, 5, 32], 6));
 //! ```
 
+mod activation;
 mod attention;
 mod cache;
 mod config;
@@ -47,6 +48,7 @@ mod linear;
 mod paths;
 mod relative_xl;
 
+pub use activation::{PassActivation, fused_activation, try_fused_activation};
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
 pub use cache::KvCache;
 pub use config::{

@@ -1,10 +1,14 @@
-//! Linear layers at decoding shapes: [`linear_forward`] for a [`Linear`] and [`times_table`] for
-//! a tied LM head, each [`Linear::forward`] (or its matmul) except where a call has a few rows on
-//! a CPU backend, which go through the decode-shaped pass (`kernels/decode_linear`).
+//! Linear layers at decoding and prefill shapes: [`linear_forward`] for a [`Linear`] and
+//! [`times_table`] for a tied LM head, each [`Linear::forward`] (or its matmul) except on flex and
+//! ndarray, where a call of a few rows goes through the decode-shaped pass
+//! (`kernels/decode_linear`) and one of more rows through `gemm` into a buffer of its own
+//! (`kernels/prefill_linear`).
 //!
 //! A decoding step reads every weight of the model once per token: the projections, the MLP and
 //! the head are matrix-vector products, bound by the memory's bandwidth. Burn's CPU matmul runs
-//! those on one thread; the pass splits the weight between the threads.
+//! those on one thread; the pass splits the weight between the threads. A prefill's products are
+//! bound by the arithmetic; Burn's flex matmul adds a zero-fill and a copy of each output on one
+//! thread.
 //!
 //! Weights may be stored in a narrower float type than the computation's (f16 or bf16 for an
 //! f32 model: half the bytes per token). Both entry points compute in `x`'s type: the pass
@@ -15,11 +19,12 @@ use burn::tensor::{DType, Tensor};
 
 use crate::AttentionError;
 
-use crate::kernels::decode_linear;
+use crate::kernels::{decode_linear, prefill_linear};
 
-/// `linear.forward(x)` in `x`'s float type, through the decode-shaped pass when `x` has at most
-/// a few rows (`batch * seq`; 4) on flex or ndarray without autodiff, in f32. A weight stored in
-/// a narrower type (f16, bf16) is widened to `x`'s.
+/// `linear.forward(x)` in `x`'s float type. On flex or ndarray without autodiff, in f32: through
+/// the decode-shaped pass when `x` has at most a few rows (`batch * seq`; 4), through the
+/// prefill-shaped product (`gemm` into a buffer of its own) for more rows with an f32 weight. A
+/// weight stored in a narrower type (f16, bf16) is widened to `x`'s.
 ///
 /// # Shapes
 /// - `x`: `[batch, seq, d_input]`
@@ -28,19 +33,24 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let weight = linear.weight.val();
     let dtype = x.dtype();
     let bias = || linear.bias.as_ref().map(|bias| bias.val().cast(dtype));
-    if !decode_linear::available(&x, &weight) {
+    let [batch, seq, d_input] = x.dims();
+    let d_output = weight.dims()[1];
+    let y = if decode_linear::available(&x, &weight) {
+        let rows = x.reshape([batch * seq, d_input]);
+        let y = decode_linear::decode_linear(rows, weight, false);
+        match bias() {
+            Some(bias) => y + bias.unsqueeze::<2>(),
+            None => y,
+        }
+    } else if prefill_linear::available(&x, &weight) {
+        let rows = x.reshape([batch * seq, d_input]);
+        prefill_linear::prefill_linear(rows, weight, bias())
+    } else {
         return match weight.dtype() == dtype {
             true => linear.forward(x),
             false => burn::tensor::module::linear(x, weight.cast(dtype), bias()),
         };
-    }
-    let [batch, seq, d_input] = x.dims();
-    let d_output = weight.dims()[1];
-    let rows = x.reshape([batch * seq, d_input]);
-    let mut y = decode_linear::decode_linear(rows, weight, false);
-    if let Some(bias) = bias() {
-        y = y + bias.unsqueeze::<2>();
-    }
+    };
     y.reshape([batch, seq, d_output])
 }
 

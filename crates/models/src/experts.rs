@@ -19,10 +19,11 @@
 //! gather-by-expert loop, one batched product per tensor instead of a host-side dispatch, and the
 //! gradient reaches the router through the softmax or the sigmoid.
 
+use attention::{PassActivation, fused_activation};
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
-use burn::tensor::activation::{sigmoid, silu, softmax};
+use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::{Device, Tensor};
 
 use crate::error::ModelError;
@@ -438,7 +439,11 @@ impl MixtureOfExperts {
             }
             ExpertMlp::Swiglu => {
                 let gate = gate_up.clone().narrow(2, 0, d_ff);
-                silu(gate) * gate_up.narrow(2, d_ff, d_ff)
+                fused_activation(
+                    PassActivation::Silu,
+                    gate,
+                    Some(gate_up.narrow(2, d_ff, d_ff)),
+                )
             }
         };
         let mut out = hidden.matmul(self.down.val());

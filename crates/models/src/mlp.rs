@@ -2,11 +2,11 @@
 //! `DenseReluDense`) and the gated one, `down(act(gate(x)) * up(x))` (SwiGLU in Llama, Qwen,
 //! Mistral and Phi-3; GeGLU in Gemma and T5 v1.1; Shazeer, 2020).
 
-use attention::linear_forward;
+use attention::{PassActivation, fused_activation, linear_forward};
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::{gelu, gelu_approximate, relu, silu};
+use burn::tensor::activation::{gelu, relu};
 use burn::tensor::{Device, Tensor};
 
 use crate::error::ModelError;
@@ -46,10 +46,33 @@ impl Activation {
     /// Applies the activation elementwise.
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         match self {
-            Self::Silu => silu(x),
+            Self::Silu => fused_activation(PassActivation::Silu, x, None),
             Self::Gelu => gelu(x),
-            Self::GeluTanh => gelu_approximate(x),
+            Self::GeluTanh => fused_activation(PassActivation::GeluTanh, x, None),
             Self::Relu => relu(x),
+        }
+    }
+
+    /// `self(gate) * up`, the hidden values of a gated MLP, in one pass where the backend has
+    /// it.
+    ///
+    /// # Shapes
+    /// - `gate`, `up`: the same shape
+    /// - output: that shape
+    pub fn gated<const D: usize>(&self, gate: Tensor<D>, up: Tensor<D>) -> Tensor<D> {
+        match self.pass() {
+            Some(activation) => fused_activation(activation, gate, Some(up)),
+            None => self.forward(gate) * up,
+        }
+    }
+
+    /// The activation as `attention`'s one-pass form computes it (SiLU and the tanh GELU; the
+    /// exact GELU's `erf` and ReLU stay Burn's).
+    fn pass(&self) -> Option<PassActivation> {
+        match self {
+            Self::Silu => Some(PassActivation::Silu),
+            Self::GeluTanh => Some(PassActivation::GeluTanh),
+            Self::Gelu | Self::Relu => None,
         }
     }
 }
@@ -149,10 +172,9 @@ impl Mlp {
     /// - output: `[batch, seq, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let hidden = match &self.gate {
-            Some(gate) => {
-                self.activation.forward(linear_forward(gate, x.clone()))
-                    * linear_forward(&self.up, x)
-            }
+            Some(gate) => self
+                .activation
+                .gated(linear_forward(gate, x.clone()), linear_forward(&self.up, x)),
             None => self.activation.forward(linear_forward(&self.up, x)),
         };
         linear_forward(&self.down, hidden)
