@@ -24,6 +24,9 @@ mod cpu;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod element;
 
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+pub(crate) use element::WeightElement;
+
 use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 

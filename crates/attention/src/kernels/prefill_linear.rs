@@ -8,8 +8,10 @@
 //! slower, product. Here the product goes straight into an uninitialised buffer on rayon's
 //! threads, and the bias is added by the same threads (`cpu.rs`).
 //!
-//! On flex and ndarray, without autodiff, for `x` and the weight in f32, from
-//! [`MAX_ROWS`](super::decode_linear::MAX_ROWS) rows up (fewer take the decode-shaped pass).
+//! On flex and ndarray, without autodiff, for `x` in f32 and a weight in f32, or in f16 or bf16
+//! on flex (widened on the threads into one f32 matrix per call, which `gemm` then reads: Burn's
+//! cast of it ran on one thread), from [`MAX_ROWS`](super::decode_linear::MAX_ROWS) rows up
+//! (fewer take the decode-shaped pass).
 //! LibTorch keeps torch's own product, the other backends and types Burn's, which is also what
 //! the tests hold this one to.
 
@@ -28,7 +30,7 @@ use burn::tensor::{DType, Tensor};
 )]
 pub trait PrefillLinearBackend: burn::backend::Backend {
     /// `x weight + bias` (`bias` added to every row when `with_bias`, else unread: any tensor
-    /// of the device stands in).
+    /// of the device stands in), in f32 whether `weight` is f32, f16 or bf16.
     ///
     /// # Shapes
     /// - `x`: `[rows, in]`; `weight`: `[in, out]`; any strides
@@ -45,9 +47,11 @@ pub trait PrefillLinearBackend: burn::backend::Backend {
 }
 
 /// Whether [`PrefillLinearBackend::prefill_linear`] runs for `x` and `weight`: their device has
-/// it, and both are f32.
+/// it, `x` is f32, and `weight` f32 (or f16 or bf16 on flex, which holds them).
 pub(crate) fn available<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bool {
-    x.dtype() == DType::F32 && weight.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+    x.dtype() == DType::F32
+        && matches!(weight.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && has_kernel(x.device().as_dispatch())
 }
 
 /// [`PrefillLinearBackend::prefill_linear`], where [`available`].
@@ -143,25 +147,52 @@ mod tests {
         assert_close(&got.into_data(), &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0], 0.0);
     }
 
-    /// Flex and ndarray for f32 without autodiff; nowhere else, and not for narrow weights.
+    /// A weight stored in f16 or bf16 against Burn's matmul of it widened to f32 (exact values,
+    /// so only the order of the sums differs), stored row-major and as a band of wider storage.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn narrow_weights_equal_matmul_of_their_widening_on_flex() {
+        let device = device("flex");
+        let normal =
+            |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        for dtype in [DType::F16, DType::BF16] {
+            for (rows, d_in, d_out) in [(5, 3, 7), (300, 576, 517)] {
+                let x = normal([rows, d_in]);
+                let w = normal([d_in, d_out]).cast(dtype);
+                let bias = Tensor::<1>::random([d_out], Distribution::Normal(0.0, 1.0), &device);
+                assert!(available(&x, &w), "{dtype:?}");
+                let widened = x.clone().matmul(w.clone().cast(DType::F32));
+                let want = floats(&(widened + bias.clone().unsqueeze::<2>()).into_data());
+                let tolerance = 1e-5 * (d_in as f32).sqrt();
+                let got = prefill_linear(x.clone(), w.clone(), Some(bias.clone()));
+                assert_eq!(got.dtype(), DType::F32);
+                assert_close(&got.into_data(), &want, tolerance);
+                let pad = |cols| normal([d_in, cols]).cast(dtype);
+                let wide = Tensor::cat(vec![pad(3), w, pad(2)], 1);
+                let got = prefill_linear(x, wide.narrow(1, 3, d_out), Some(bias));
+                assert_close(&got.into_data(), &want, tolerance);
+            }
+        }
+    }
+
+    /// Flex and ndarray for f32 without autodiff (flex for f16 and bf16 weights too, the CPU
+    /// backend that holds them); nowhere else.
     #[test]
     fn runs_on_flex_and_ndarray_in_f32_without_autodiff() {
         for (name, device) in positional::testing::devices() {
-            let (x, w) = (
-                Tensor::<2>::zeros([8, 4], &device),
-                Tensor::<2>::zeros([4, 2], &device),
-            );
-            assert_eq!(
-                available(&x, &w),
-                matches!(name, "flex" | "ndarray"),
-                "{name}"
-            );
+            let cpu = matches!(name, "flex" | "ndarray");
+            let x = Tensor::<2>::zeros([8, 4], &device);
+            let w = Tensor::<2>::zeros([4, 2], &device);
+            assert_eq!(available(&x, &w), cpu, "{name}");
             let tracked = Tensor::<2>::zeros([8, 4], &device.clone().autodiff());
             let tracked_w = Tensor::<2>::zeros([4, 2], &device.clone().autodiff());
             assert!(!available(&tracked, &tracked_w), "{name} under autodiff");
             for dtype in [DType::F16, DType::BF16] {
                 if device.supports_dtype(dtype) {
-                    assert!(!available(&x, &w.clone().cast(dtype)), "{name}, {dtype:?}");
+                    let narrow = w.clone().cast(dtype);
+                    assert_eq!(available(&x, &narrow), cpu, "{name}, {dtype:?} weight");
+                    let narrow_x = x.clone().cast(dtype);
+                    assert!(!available(&narrow_x, &narrow), "{name}, {dtype:?} x");
                 }
             }
         }
