@@ -15,7 +15,7 @@
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod cpu;
 
-use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::backend::{backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
 /// The activations the pass computes, each through the logistic function `s(t) = 1 / (1 +
@@ -54,7 +54,7 @@ pub trait ActivationBackend: burn::backend::Backend {
 /// Whether [`ActivationBackend::activation`] runs for `x`: its device has the pass (flex,
 /// ndarray, without autodiff) and it is f32.
 pub(crate) fn available<const D: usize>(x: &Tensor<D>) -> bool {
-    x.dtype() == DType::F32 && has_kernel(x.device().as_dispatch())
+    x.dtype() == DType::F32 && super::flex_or_ndarray(x.device().as_dispatch())
 }
 
 /// [`ActivationBackend::activation`], where [`available`].
@@ -71,16 +71,4 @@ pub(crate) fn activation<const D: usize>(
         with_up,
         activation,
     ))
-}
-
-// Devices under autodiff are not listed: the pass has no backward.
-fn has_kernel(device: &DispatchDevice) -> bool {
-    match device {
-        #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => true,
-        #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => true,
-        #[allow(unreachable_patterns)]
-        _ => false,
-    }
 }

@@ -27,7 +27,7 @@ mod element;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) use element::WeightElement;
 
-use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::backend::{backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
 /// Rows (tokens) up to which a product goes through the pass: a decoding step of a batch of
@@ -64,7 +64,7 @@ pub(crate) fn available<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bo
     rows <= MAX_ROWS
         && x.dtype() == DType::F32
         && matches!(weight.dtype(), DType::F32 | DType::F16 | DType::BF16)
-        && has_kernel(x.device().as_dispatch())
+        && super::flex_or_ndarray(x.device().as_dispatch())
 }
 
 /// [`DecodeLinearBackend::decode_linear`], where [`available`].
@@ -79,18 +79,6 @@ pub(crate) fn decode_linear(x: Tensor<2>, weight: Tensor<2>, out_by_in: bool) ->
             out_by_in,
         ),
     )
-}
-
-// Devices under autodiff are not listed: the pass has no backward.
-fn has_kernel(device: &DispatchDevice) -> bool {
-    match device {
-        #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => true,
-        #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => true,
-        #[allow(unreachable_patterns)]
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -25,3 +25,17 @@ pub(crate) mod prefill_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod strided;
 pub(crate) mod tiled_attention;
+
+/// Whether `device` is flex's or ndarray's, where the CPU-only kernels run (`decode_linear`,
+/// `prefill_linear`, `activation`). Devices under autodiff are not listed: those kernels have no
+/// backward.
+pub(crate) fn flex_or_ndarray(device: &burn::backend::DispatchDevice) -> bool {
+    match device {
+        #[cfg(feature = "ndarray")]
+        burn::backend::DispatchDevice::NdArray(_) => true,
+        #[cfg(feature = "flex")]
+        burn::backend::DispatchDevice::Flex(_) => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}

@@ -20,7 +20,7 @@
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod cpu;
 
-use burn::backend::{DispatchDevice, backend_extension, tensor::FloatTensor};
+use burn::backend::{backend_extension, tensor::FloatTensor};
 use burn::tensor::{DType, Tensor};
 
 /// Many rows times a weight matrix, plus a bias.
@@ -51,7 +51,7 @@ pub trait PrefillLinearBackend: burn::backend::Backend {
 pub(crate) fn available<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bool {
     x.dtype() == DType::F32
         && matches!(weight.dtype(), DType::F32 | DType::F16 | DType::BF16)
-        && has_kernel(x.device().as_dispatch())
+        && super::flex_or_ndarray(x.device().as_dispatch())
 }
 
 /// [`PrefillLinearBackend::prefill_linear`], where [`available`].
@@ -82,18 +82,6 @@ pub(crate) fn prefill_linear(
             with_bias,
         ),
     )
-}
-
-// Devices under autodiff are not listed: the kernel has no backward.
-fn has_kernel(device: &DispatchDevice) -> bool {
-    match device {
-        #[cfg(feature = "ndarray")]
-        DispatchDevice::NdArray(_) => true,
-        #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => true,
-        #[allow(unreachable_patterns)]
-        _ => false,
-    }
 }
 
 #[cfg(test)]
