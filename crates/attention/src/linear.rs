@@ -23,8 +23,8 @@ use crate::kernels::{decode_linear, prefill_linear};
 
 /// `linear.forward(x)` in `x`'s float type. On flex or ndarray without autodiff, in f32: through
 /// the decode-shaped pass when `x` has at most a few rows (`batch * seq`; 4), through the
-/// prefill-shaped product (`gemm` into a buffer of its own) for more rows with an f32 weight. A
-/// weight stored in a narrower type (f16, bf16) is widened to `x`'s.
+/// prefill-shaped product (`gemm` into a buffer of its own) for more rows. A weight stored in a
+/// narrower type (f16, bf16) is widened to `x`'s.
 ///
 /// # Shapes
 /// - `x`: `[batch, seq, d_input]`
@@ -33,23 +33,22 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let weight = linear.weight.val();
     let dtype = x.dtype();
     let bias = || linear.bias.as_ref().map(|bias| bias.val().cast(dtype));
-    let [batch, seq, d_input] = x.dims();
-    let d_output = weight.dims()[1];
-    let y = if decode_linear::available(&x, &weight) {
-        let rows = x.reshape([batch * seq, d_input]);
-        let y = decode_linear::decode_linear(rows, weight, false);
-        match bias() {
-            Some(bias) => y + bias.unsqueeze::<2>(),
-            None => y,
-        }
-    } else if prefill_linear::available(&x, &weight) {
-        let rows = x.reshape([batch * seq, d_input]);
-        prefill_linear::prefill_linear(rows, weight, bias())
-    } else {
+    let decode = decode_linear::available(&x, &weight);
+    if !decode && !prefill_linear::available(&x, &weight) {
         return match weight.dtype() == dtype {
             true => linear.forward(x),
             false => burn::tensor::module::linear(x, weight.cast(dtype), bias()),
         };
+    }
+    let [batch, seq, d_input] = x.dims();
+    let d_output = weight.dims()[1];
+    let rows = x.reshape([batch * seq, d_input]);
+    let y = match decode {
+        true => match bias() {
+            Some(bias) => decode_linear::decode_linear(rows, weight, false) + bias.unsqueeze(),
+            None => decode_linear::decode_linear(rows, weight, false),
+        },
+        false => prefill_linear::prefill_linear(rows, weight, bias()),
     };
     y.reshape([batch, seq, d_output])
 }

@@ -64,7 +64,9 @@ pub(crate) fn activation<const D: usize>(
     activation: PassActivation,
 ) -> Tensor<D> {
     let with_up = up.is_some();
-    let up = up.unwrap_or_else(|| x.clone());
+    // A stand-in of its own: a clone of `x` would share its buffer, which the pass then copies
+    // before writing over it.
+    let up = up.unwrap_or_else(|| Tensor::zeros([1; D], &x.device()));
     Tensor::from_dispatch(<burn::backend::Dispatch as ActivationBackend>::activation(
         x.into_dispatch(),
         up.into_dispatch(),
