@@ -19,6 +19,7 @@ use crate::cache::{CachedKeys, KvCache};
 use crate::config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
+use crate::kernels::chunk_attention;
 use crate::kernels::decode_attention;
 use crate::kernels::tiled_attention::{self, TiledKeys};
 use crate::linear::linear_forward;
@@ -884,6 +885,20 @@ impl MultiHeadAttention {
         let kernels = key_padding.is_none() && !self.training_dropout(&q);
         if kernels && fused_causal {
             self.fused(q, k, v)
+        } else if kernels
+            && self.alibi.is_none()
+            && self.config.softcap.is_none()
+            && q_len < k_len
+            && chunk_attention::available(&q)
+        {
+            // A causal chunk of queries after a cache on LibTorch, without a bias: torch's flash
+            // kernel skips the keys each query cannot see, where a mask makes it score them all.
+            Ok(chunk_attention::causal_chunk_attention(
+                q,
+                k,
+                v,
+                self.score_scale(),
+            ))
         } else if kernels && self.config.softcap.is_none() && alibi_attention::available(&q) {
             // A causal block of queries after a cache (a prompt's chunk): our ALiBi kernels
             // align the mask bottom-right, as it needs (with every slope 0 without ALiBi).

@@ -6,6 +6,8 @@
 //!   flex and ndarray.
 //! - [`alibi_attention`]: causal ALiBi attention without the `[heads, seq, seq]` bias tensor, on
 //!   the CPU backends, CubeCL and LibTorch's SDPA.
+//! - [`chunk_attention`]: a causal chunk of queries after a cache on LibTorch, torch's flash
+//!   kernel over the cached keys and, causal, over the chunk's own, combined by log-sum-exp.
 //! - [`decode_attention`]: one decoding step against the KV cache, chunked across threads on the
 //!   CPU backends and one kernel on CubeCL.
 //! - [`decode_linear`]: a few rows times a weight matrix (the projections, MLP and head of a
@@ -17,6 +19,7 @@
 
 pub(crate) mod activation;
 pub(crate) mod alibi_attention;
+pub(crate) mod chunk_attention;
 pub(crate) mod decode_attention;
 pub(crate) mod decode_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
