@@ -47,6 +47,7 @@ mod latent;
 mod linear;
 mod paths;
 mod relative_xl;
+mod threads;
 
 pub use activation::{PassActivation, fused_activation, try_fused_activation};
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
@@ -63,6 +64,7 @@ pub use linear::{linear_forward, row_major, times_table};
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};
 pub use relative_xl::RelativeXl;
+pub use threads::on_kernel_threads;
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

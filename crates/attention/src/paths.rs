@@ -41,3 +41,18 @@ pub(crate) fn record(path: fn(&mut PathCounts) -> &mut usize) {
 pub fn take_path_counts() -> PathCounts {
     COUNTS.with(Cell::take)
 }
+
+/// Adds `counts` to this thread's (the calls another thread made on its behalf).
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+pub(crate) fn add(counts: PathCounts) {
+    COUNTS.with(|now| {
+        let mut sum = now.get();
+        sum.decode += counts.decode;
+        sum.fused += counts.fused;
+        sum.tiled += counts.tiled;
+        sum.explicit += counts.explicit;
+        sum.latent_expanded += counts.latent_expanded;
+        sum.latent_absorbed += counts.latent_absorbed;
+        now.set(sum);
+    });
+}

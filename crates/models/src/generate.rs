@@ -256,7 +256,11 @@ impl Transformer {
                 )?);
             }
             let ids = positional::try_ints("tokens", next, [batch, 1], &device)?;
-            logits = self.try_generation_step(ids, inputs, &mut caches)?;
+            // On the CPU kernels' threads where they are the backend's: a decoding step runs
+            // many small kernels, whose hand-overs between threads are cheaper there.
+            logits = attention::on_kernel_threads(&device, || {
+                self.try_generation_step(ids, inputs, &mut caches)
+            })?;
         }
         Ok(output)
     }
