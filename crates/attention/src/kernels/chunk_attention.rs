@@ -12,11 +12,13 @@
 //! `lse = logaddexp(lse_past, lse_own)`.
 //!
 //! With torch 2.9 on two cores here, 9 heads of 64 and a chunk of 2,048 queries, one layer took
-//! 0.119 s against the masked call's 0.158 s after 2,048 cached keys, and 0.33 s against 0.42 s
-//! after 6,144; the outputs differed by at most 1.2e-7.
+//! 0.089-0.111 s against the strided-mask call's 0.107-0.121 s after 2,048 cached keys, and
+//! 0.197-0.225 s against 0.249-0.267 s after 6,144 (four calls each, alternated); the outputs
+//! differed by at most 1.0e-7.
 //!
 //! LibTorch only, without autodiff: elsewhere the tiled pass (CPU), the ALiBi kernel (CubeCL) or
-//! the explicit path take these calls, and the tests hold this one to that path.
+//! the explicit path take these calls. The tests hold this one to the attention spelled out in
+//! Burn ops.
 
 #![allow(deprecated)]
 
