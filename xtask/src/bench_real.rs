@@ -331,15 +331,16 @@ fn long_prefill(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
             false => 1,
         };
         let mut theirs_runs = Vec::with_capacity(rounds);
-        let mut ours_runs: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(rounds); backends.len()];
-        let mut broken = vec![false; backends.len()];
+        // Each backend's runs, `None` once one has failed (it is not run again).
+        let mut ours_runs: Vec<Option<Vec<(f64, f64)>>> =
+            vec![Some(Vec::with_capacity(rounds)); backends.len()];
         for round in 1..=rounds {
             eprintln!("xtask: transformers, {prompt}-token prefill (round {round} of {rounds})");
             theirs_runs.push(figures(&setup.transformers(&ids, 1)?)?);
-            for (i, backend) in backends.iter().enumerate() {
-                if broken[i] {
+            for (backend, runs) in backends.iter().zip(&mut ours_runs) {
+                let Some(done) = runs else {
                     continue;
-                }
+                };
                 eprintln!(
                     "xtask: ours on {backend}, {prompt}-token prefill (round {round} of {rounds})"
                 );
@@ -347,25 +348,25 @@ fn long_prefill(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
                     .ours(backend, "f32", &ids, 1)
                     .and_then(|json| figures(&json))
                 {
-                    Ok(ours) => ours_runs[i].push(ours),
+                    Ok(ours) => done.push(ours),
                     Err(error) => {
                         eprintln!("xtask: generate on {backend} failed: {error:#}");
-                        broken[i] = true;
+                        *runs = None;
                     }
                 }
             }
         }
         let theirs = median_run(&theirs_runs);
         table.push(row(prompt, "transformers 5.23 (SDPA)", theirs, "1"));
-        for (i, backend) in backends.iter().enumerate() {
-            if broken[i] {
+        for (backend, runs) in backends.iter().zip(&ours_runs) {
+            let Some(runs) = runs else {
                 table.push(format!(
                     "| {prompt} | ours, {backend} | failed (above) | | | |"
                 ));
                 failed.push(format!("{backend} with a {prompt}-token prompt"));
                 continue;
-            }
-            let ours = median_run(&ours_runs[i]);
+            };
+            let ours = median_run(runs);
             let ratio = format!("{:.2}x", ours.0 / theirs.0);
             table.push(row(prompt, &format!("ours, {backend}"), ours, &ratio));
         }

@@ -44,10 +44,13 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
     let d_output = weight.dims()[1];
     let rows = x.reshape([batch * seq, d_input]);
     let y = match decode {
-        true => match bias() {
-            Some(bias) => decode_linear::decode_linear(rows, weight, false) + bias.unsqueeze(),
-            None => decode_linear::decode_linear(rows, weight, false),
-        },
+        true => {
+            let y = decode_linear::decode_linear(rows, weight, false);
+            match bias() {
+                Some(bias) => y + bias.unsqueeze(),
+                None => y,
+            }
+        }
         false => prefill_linear::prefill_linear(rows, weight, bias()),
     };
     y.reshape([batch, seq, d_output])
