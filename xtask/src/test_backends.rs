@@ -95,12 +95,10 @@ impl TestBackends {
         let smollm2_hf = pypi_models::smollm2_hf(sh, &torch, &smollm2)?;
         let _smollm2_env = sh.push_env("SMOLLM2_GGUF", &smollm2);
         let tests_started = Instant::now();
-        let unit_tests = crate::cargo_command(cmd!(
+        let unit_tests = run_unit_tests(crate::cargo_command(cmd!(
             sh,
             "cargo test --release --workspace --exclude xtask --features {features} --no-fail-fast"
-        ))
-        .run()
-        .is_ok();
+        )))?;
         let tests_time = tests_started.elapsed();
 
         let suite_started = Instant::now();
@@ -163,16 +161,63 @@ impl TestBackends {
             suite_time.as_secs_f64(),
             started.elapsed().as_secs_f64()
         );
-        println!(
-            "unit tests (cargo test, every backend): {}",
-            if unit_tests { "passed" } else { "FAILED" }
-        );
+        match &unit_tests {
+            UnitTests::Passed => println!("unit tests (cargo test, every backend): passed"),
+            UnitTests::Failed(names) => {
+                // Named here, at the end, because a log is often read from its tail.
+                println!("unit tests (cargo test, every backend): FAILED");
+                for name in names {
+                    println!("  failed: {name}");
+                }
+                if names.is_empty() {
+                    println!("  (no test failed: a test binary did not build or run, see above)");
+                }
+            }
+        }
         println!("{} passed, {} failed", counts.passed, counts.failed);
-        if !unit_tests || counts.failed > 0 || !broken_backends.is_empty() {
+        if !matches!(unit_tests, UnitTests::Passed)
+            || counts.failed > 0
+            || !broken_backends.is_empty()
+        {
             bail!("test-backends failed");
         }
         Ok(())
     }
+}
+
+/// How `cargo test` ended.
+enum UnitTests {
+    Passed,
+    /// The failing tests, as cargo names them (`test module::name ... FAILED`).
+    Failed(Vec<String>),
+}
+
+/// Runs `cargo test`, echoing its output as it comes and keeping the names of the tests that
+/// failed.
+fn run_unit_tests(command: xshell::Cmd<'_>) -> anyhow::Result<UnitTests> {
+    use std::io::BufRead;
+    let mut command = std::process::Command::from(command);
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting cargo test")?;
+    let mut failed = Vec::new();
+    let stdout = child.stdout.take().context("cargo test's output")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.context("reading cargo test's output")?;
+        println!("{line}");
+        if let Some(name) = line
+            .strip_prefix("test ")
+            .and_then(|rest| rest.strip_suffix(" ... FAILED"))
+        {
+            failed.push(name.to_string());
+        }
+    }
+    let status = child.wait().context("waiting for cargo test")?;
+    Ok(match status.success() {
+        true => UnitTests::Passed,
+        false => UnitTests::Failed(failed),
+    })
 }
 
 #[derive(Default)]
