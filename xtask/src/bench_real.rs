@@ -10,8 +10,8 @@
 //! reads every weight once.
 //!
 //! Ours runs with f32 weights on every backend, then with f16 and bf16 weights (`--weights`) on
-//! those that hold them: the f32 rows' tokens are held to transformers', the narrow rows' to the
-//! same backend's f32 run. llama.cpp runs the GGUF file itself, its Q4_1 blocks as they are
+//! those that hold them, and with q8 weights (8-bit blocks) on flex and ndarray: the f32 rows'
+//! tokens are held to transformers', the narrower rows' to the same backend's f32 run. llama.cpp runs the GGUF file itself, its Q4_1 blocks as they are
 //! (`real_llama_cpp.py`, through llama-cpp-python, which the xtask installs pinned; pip compiles
 //! llama.cpp on the first run): the figure that fewer bytes per weight approach. Where it cannot
 //! be installed, its rows say why and the command fails once the table is printed.
@@ -35,11 +35,21 @@ const NEW_TOKENS: usize = 128;
 const THREADS: usize = 2;
 /// SmolLM2-135M's weights in f32: 134,515,008 parameters (the tied head counted once).
 const WEIGHT_BYTES: f64 = 134_515_008.0 * 4.0;
+/// Of which the token table (also the tied head): 49,152 x 576.
+const TABLE_PARAMETERS: f64 = 49_152.0 * 576.0;
+/// And the norms' (61 x 576), the rest being `Linear` weights.
+const NORM_PARAMETERS: f64 = 61.0 * 576.0;
+/// Bytes a decoding step reads with q8 weights: the `Linear` weights at 1.125 bytes (a byte, and
+/// a 4-byte scale per 32), the table and norms in f32.
+const Q8_WEIGHT_BYTES: f64 = (134_515_008.0 - TABLE_PARAMETERS - NORM_PARAMETERS) * 1.125
+    + (TABLE_PARAMETERS + NORM_PARAMETERS) * 4.0;
 
-/// The weight types of ours: f32, and f16 and bf16 where the backend holds them (not ndarray).
+/// The weight types of ours: f32; f16 and bf16 where the backend holds them (not ndarray); q8
+/// where the decoding pass reads it packed (flex and ndarray).
 fn weight_types(backend: &str) -> &'static [&'static str] {
     match backend {
-        "ndarray" => &["f32"],
+        "ndarray" => &["f32", "q8"],
+        "flex" => &["f32", "f16", "bf16", "q8"],
         _ => &["f32", "f16", "bf16"],
     }
 }
@@ -274,12 +284,14 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
     println!("\n{}", table.join("\n"));
     println!(
         "\nread bandwidth: {bandwidth:.1} GB/s on {THREADS} threads; {:.0} MB of f32 weights per \
-         decoding step bound decoding at {:.1} tokens/s, and {:.0} MB of f16 or bf16 ones at \
-         {:.1} tokens/s",
+         decoding step bound decoding at {:.1} tokens/s, {:.0} MB of f16 or bf16 ones at \
+         {:.1} tokens/s, and {:.0} MB of q8 ones (the token table in f32) at {:.1} tokens/s",
         WEIGHT_BYTES / 1e6,
         bandwidth * 1e9 / WEIGHT_BYTES,
         WEIGHT_BYTES / 2e6,
-        bandwidth * 2e9 / WEIGHT_BYTES
+        bandwidth * 2e9 / WEIGHT_BYTES,
+        Q8_WEIGHT_BYTES / 1e6,
+        bandwidth * 1e9 / Q8_WEIGHT_BYTES
     );
     if !failed.is_empty() {
         bail!("generation failed: {}", failed.join(", "));

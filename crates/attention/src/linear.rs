@@ -13,6 +13,10 @@
 //! Weights may be stored in a narrower float type than the computation's (f16 or bf16 for an
 //! f32 model: half the bytes per token). Both entry points compute in `x`'s type: the pass
 //! widens such weights as it reads them (flex), and elsewhere a cast widens them at each call.
+//!
+//! A [`Linear`]'s weight may also be kept packed in 8-bit blocks ([`q8_blocks`]: Q8_0's scheme,
+//! 1.125 bytes a weight). The decode-shaped pass reads the bytes and their scales as they are
+//! (flex, ndarray); every other call dequantizes the weight first.
 
 use burn::nn::Linear;
 use burn::tensor::{DType, Tensor};
@@ -21,39 +25,62 @@ use crate::AttentionError;
 
 use crate::kernels::{decode_linear, prefill_linear};
 
+pub use crate::kernels::decode_linear::{Q8_BLOCK, q8_blocks};
+
 /// `linear.forward(x)` in `x`'s float type. On flex or ndarray without autodiff, in f32: through
 /// the decode-shaped pass when `x` has at most a few rows (`batch * seq`; 4), through the
 /// prefill-shaped product (`gemm` into a buffer of its own) for more rows. A weight stored in a
-/// narrower type (f16, bf16) is widened to `x`'s.
+/// narrower type (f16, bf16) is widened to `x`'s; a quantized one is read packed by the
+/// decode-shaped pass where its scheme is [`q8_blocks`], and dequantized everywhere else.
 ///
 /// # Shapes
 /// - `x`: `[batch, seq, d_input]`
 /// - output: `[batch, seq, d_output]`
 pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    let weight = linear.weight.val();
     let dtype = x.dtype();
-    let bias = || linear.bias.as_ref().map(|bias| bias.val().cast(dtype));
-    let decode = decode_linear::available(&x, &weight);
-    if !decode && !prefill_linear::available(&x, &weight) {
-        return match weight.dtype() == dtype {
-            true => linear.forward(x),
-            false => burn::tensor::module::linear(x, weight.cast(dtype), bias()),
-        };
-    }
+    let bias = linear.bias.as_ref().map(|bias| bias.val().cast(dtype));
+    let weight = linear.weight.val();
     let [batch, seq, d_input] = x.dims();
     let d_output = weight.dims()[1];
+    if decode_linear::available_q8(&x, &weight) {
+        let rows = x.reshape([batch * seq, d_input]);
+        let y = decode_linear::decode_linear_q8(rows, weight);
+        let y = match bias {
+            Some(bias) => y + bias.unsqueeze(),
+            None => y,
+        };
+        return y.reshape([batch, seq, d_output]);
+    }
+    // A packed weight elsewhere (more rows, or another backend): its values, at every call.
+    let weight = float_weight(weight);
+    let decode = decode_linear::available(&x, &weight);
+    if !decode && !prefill_linear::available(&x, &weight) {
+        return burn::tensor::module::linear(x, weight.cast(dtype), bias);
+    }
     let rows = x.reshape([batch * seq, d_input]);
     let y = match decode {
         true => {
             let y = decode_linear::decode_linear(rows, weight, false);
-            match bias() {
+            match bias {
                 Some(bias) => y + bias.unsqueeze(),
                 None => y,
             }
         }
-        false => prefill_linear::prefill_linear(rows, weight, bias()),
+        false => prefill_linear::prefill_linear(rows, weight, bias),
     };
     y.reshape([batch, seq, d_output])
+}
+
+/// Whether `device` holds weights packed in [`q8_blocks`] and reads them as they are: flex and
+/// ndarray (without autodiff), in the decode-shaped pass. Burn's other backends would dequantize
+/// such a weight at every call, losing what the packing saves.
+pub fn reads_q8_blocks(device: &burn::tensor::Device) -> bool {
+    crate::kernels::flex_or_ndarray(device.as_dispatch())
+}
+
+/// `weight`'s values as a float tensor: itself, or a quantized weight's values (in f32).
+pub(crate) fn float_weight<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
+    decode_linear::float_weight(weight)
 }
 
 /// `x table^T` in `x`'s float type: logits from an embedding table `[vocab, d_model]` (a tied LM
@@ -84,7 +111,7 @@ pub fn times_table(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
 /// naming `x.dtype()`.
 pub(crate) fn check_float_type(x: &Tensor<3>, weights: &Linear) -> Result<(), AttentionError> {
     let (x, weights) = (x.dtype(), weights.weight.val().dtype());
-    let widened = x == DType::F32 && matches!(weights, DType::F16 | DType::BF16);
+    let widened = x == DType::F32 && matches!(weights, DType::F16 | DType::BF16 | DType::QFloat(_));
     match x == weights || widened {
         true => Ok(()),
         false => Err(AttentionError::input(
@@ -92,7 +119,7 @@ pub(crate) fn check_float_type(x: &Tensor<3>, weights: &Linear) -> Result<(), At
             x,
             format!(
                 "must be the weights' float type ({weights:?}), or F32 for weights stored in F16 \
-                 or BF16"
+                 or BF16 or quantized"
             ),
         )),
     }
@@ -192,4 +219,42 @@ mod tests {
     }
 
     for_each_backend!(compute_narrow_weights_in_the_inputs_type);
+
+    /// A weight packed in [`q8_blocks`] against the plain ops on its dequantized values, with
+    /// and without a bias: read packed at decoding shapes (1 and 4 rows on flex and ndarray),
+    /// dequantized for a prefill's 5 rows; in `x`'s type, f32. Only the CPU backends take them.
+    fn compute_packed_q8_weights_as_their_values(device: &Device) {
+        let cpu = ["Flex", "NdArray"]
+            .iter()
+            .any(|name| format!("{device:?}").contains(name));
+        assert_eq!(reads_q8_blocks(device), cpu, "{device:?}");
+        assert!(!reads_q8_blocks(&device.clone().autodiff()));
+        if !cpu {
+            return;
+        }
+        let normal =
+            |shape: [usize; 3]| Tensor::<3>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        for bias in [false, true] {
+            let linear = LinearConfig::new(48, 96).with_bias(bias).init(device);
+            let mut packed = linear.clone();
+            packed.weight = packed.weight.map(|w| w.quantize_dynamic(&q8_blocks()));
+            let mut values = linear.clone();
+            values.weight = values
+                .weight
+                .map(|w| w.quantize_dynamic(&q8_blocks()).dequantize());
+            for [batch, seq] in [[1, 1], [4, 1], [1, 5]] {
+                let x = normal([batch, seq, 48]);
+                assert_eq!(
+                    decode_linear::available_q8(&x, &packed.weight.val()),
+                    cpu && batch * seq <= decode_linear::MAX_ROWS
+                );
+                let y = linear_forward(&packed, x.clone());
+                assert_eq!(y.dtype(), DType::F32);
+                let want = floats(&values.forward(x).into_data());
+                assert_close(&y.into_data(), &want, 1e-4);
+            }
+        }
+    }
+
+    for_each_backend!(compute_packed_q8_weights_as_their_values);
 }

@@ -1,6 +1,7 @@
-//! The float type a model's matrices are stored in: f32 (the default), or f16 or bf16 for half
-//! the bytes per token. A decoding step reads every weight once, so on a memory-bound CPU the
-//! narrower weights are the faster model; the model still computes in f32.
+//! The type a model's matrices are stored in: f32 (the default), f16 or bf16 for half the bytes
+//! per token, or 8-bit blocks (`q8`) for about a quarter. A decoding step reads every weight
+//! once, so on a memory-bound CPU the narrower weights are the faster model; the model still
+//! computes in f32.
 //!
 //! What is stored narrower: the weight of every [`Linear`] (the projections, the MLPs, the
 //! routers, the LM head) and the token embedding table (also the tied head). Norms, biases,
@@ -16,6 +17,13 @@
 //! - ndarray holds neither type: asking for one there is an error.
 //!
 //! The token embedding looks rows up in the narrow table and widens them to f32.
+//!
+//! `q8` keeps the weight of every [`Linear`] whose outputs are a whole number of 32-wide blocks
+//! packed in [`attention::q8_blocks`] (Q8_0's scheme, llama.cpp's 8-bit format: a byte a weight
+//! and a scale per 32 outputs), quantized from the loaded values. The token table (and so a tied
+//! head) stays f32: a lookup in a packed table would unpack all of it. Only flex and ndarray take
+//! it, whose decode-shaped pass reads the bytes as they are; a prefill's products dequantize
+//! each weight as they use it.
 //!
 //! [`Linear`]: burn::nn::Linear
 
@@ -38,11 +46,14 @@ pub enum WeightType {
     F16,
     /// bfloat16: 2 bytes, f32's range with 8 significant bits.
     BF16,
+    /// 8-bit blocks ([`attention::q8_blocks`]): 1.125 bytes, for the weights of `Linear`
+    /// layers (the [module docs](self) say which); flex and ndarray only.
+    Q8,
 }
 
 impl WeightType {
     /// Every type, in the order of the table rows and the CLI's help.
-    pub const ALL: [Self; 3] = [Self::F32, Self::F16, Self::BF16];
+    pub const ALL: [Self; 4] = [Self::F32, Self::F16, Self::BF16, Self::Q8];
 
     /// Burn's data type of the stored matrices.
     pub fn dtype(self) -> DType {
@@ -50,6 +61,7 @@ impl WeightType {
             Self::F32 => DType::F32,
             Self::F16 => DType::F16,
             Self::BF16 => DType::BF16,
+            Self::Q8 => DType::QFloat(attention::q8_blocks()),
         }
     }
 }
@@ -60,6 +72,7 @@ impl fmt::Display for WeightType {
             Self::F32 => "f32",
             Self::F16 => "f16",
             Self::BF16 => "bf16",
+            Self::Q8 => "q8",
         })
     }
 }
@@ -67,20 +80,22 @@ impl fmt::Display for WeightType {
 impl FromStr for WeightType {
     type Err = ModelError;
 
-    /// `f32`, `f16` or `bf16` (any case).
+    /// `f32`, `f16`, `bf16` or `q8` (any case).
     fn from_str(s: &str) -> Result<Self, ModelError> {
         Self::ALL
             .into_iter()
             .find(|weights| weights.to_string().eq_ignore_ascii_case(s))
-            .ok_or_else(|| ModelError::input("weights", s, "must be f32, f16 or bf16"))
+            .ok_or_else(|| ModelError::input("weights", s, "must be f32, f16, bf16 or q8"))
     }
 }
 
 impl Transformer {
     /// This model with its matrices stored in `weights` (the [module docs](self) list them),
-    /// computing in f32 still: half the bytes per decoded token for f16 and bf16. Errors name
-    /// `weights` where the device holds no tensors of that type (ndarray), or where the model
-    /// does not compute in f32.
+    /// computing in f32 still: half the bytes per decoded token for f16 and bf16, and the
+    /// `Linear` weights in 8-bit blocks for q8. Errors name `weights` where the device holds no
+    /// tensors of that type (f16 and bf16 on ndarray; q8 but on flex and ndarray), or where the
+    /// model does not compute in f32. From q8 back to a float type, the weights are the packed
+    /// values.
     pub fn try_with_weights(mut self, weights: WeightType) -> Result<Self, ModelError> {
         let table = self.embedding.weight.val();
         let (device, current) = (table.device(), table.dtype());
@@ -93,6 +108,22 @@ impl Transformer {
                      computes in {current:?}"
                 ),
             ));
+        }
+        if weights == WeightType::Q8 {
+            if !attention::reads_q8_blocks(&device) {
+                return Err(ModelError::input(
+                    "weights",
+                    weights.to_string(),
+                    format!(
+                        "8-bit blocks are read packed by the decoding pass of flex and ndarray \
+                         (without autodiff); {device:?} would unpack them at every product"
+                    ),
+                ));
+            }
+            return Ok(self.map(&mut LinearWeights {
+                to: weights,
+                path: Vec::new(),
+            }));
         }
         if !device.supports_dtype(weights.dtype()) {
             return Err(ModelError::input(
@@ -107,7 +138,7 @@ impl Transformer {
         let dtype = weights.dtype();
         self.embedding.weight = self.embedding.weight.map(|table| table.cast(dtype));
         Ok(self.map(&mut LinearWeights {
-            dtype,
+            to: weights,
             path: Vec::new(),
         }))
     }
@@ -118,9 +149,10 @@ impl Transformer {
     }
 }
 
-/// Casts the weight of every `Linear` to `dtype`, leaving its bias and every other parameter.
+/// Stores the weight of every `Linear` as `to` (a float type's cast of its values, or packed in
+/// 8-bit blocks where its outputs are whole blocks), leaving its bias and every other parameter.
 struct LinearWeights {
-    dtype: DType,
+    to: WeightType,
     /// The fields entered, with the type of the struct that holds each.
     path: Vec<(String, String)>,
 }
@@ -139,9 +171,19 @@ impl ModuleMapper for LinearWeights {
             .path
             .last()
             .is_some_and(|(name, container)| name == "weight" && container == "Struct:Linear");
-        match linear_weight {
-            true => param.map(|weight| weight.cast(self.dtype)),
-            false => param,
+        if !linear_weight {
+            return param;
+        }
+        match self.to {
+            WeightType::Q8 => match param.dims()[D - 1] % attention::Q8_BLOCK {
+                0 => param.map(|weight| {
+                    weight
+                        .dequantize()
+                        .quantize_dynamic(&attention::q8_blocks())
+                }),
+                _ => param,
+            },
+            float => param.map(|weight| weight.dequantize().cast(float.dtype())),
         }
     }
 }
@@ -227,6 +269,78 @@ mod tests {
         }
     }
     for_each_backend!(narrow_matrices_compute_as_their_rounded_values);
+
+    /// A model with its `Linear` weights packed in 8-bit blocks against the same model with the
+    /// packed values stored in f32 (`with_weights(F32)`): the same logits to f32's accuracy, for
+    /// a tied head and a packed head of its own, at decoding shapes (the packed pass on flex and
+    /// ndarray) and at a prefill's (dequantized products). Weights whose outputs are not whole
+    /// blocks (the 16-wide keys and values), biases, norms and the token table stay f32. Other
+    /// backends refuse q8 by name.
+    fn packed_q8_matrices_compute_as_their_values(device: &Device) {
+        let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(16));
+        let attention = attention::MultiHeadAttentionConfig::new(32, 2)
+            .with_causal(true)
+            .with_positional(rope)
+            .with_n_kv_heads(Some(1))
+            .with_biases(true);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9, 2]], device);
+        let norm = NormConfig::new(32, NormKind::Rms, 1e-6);
+        let block = BlockConfig::new(
+            attention.into(),
+            BlockLayout::PreNorm,
+            norm.clone(),
+            FeedForwardConfig::Dense(MlpConfig::new(32, 64, Activation::Silu).with_gated(true)),
+        );
+        for head in [OutputHead::Tied, OutputHead::Linear { bias: true }] {
+            let model = TransformerConfig::new(64, 32, vec![block.clone(); 2])
+                .with_final_norm(Some(norm.clone()))
+                .with_head(head)
+                .init(device);
+            let packed = match model.clone().try_with_weights(WeightType::Q8) {
+                Ok(packed) => packed,
+                Err(err) => {
+                    assert!(!attention::reads_q8_blocks(device), "{err}");
+                    assert!(err.to_string().contains("`weights` = \"q8\""), "{err}");
+                    continue;
+                }
+            };
+            assert!(attention::reads_q8_blocks(device));
+            let attention = packed.blocks[0].attention.multi_head().unwrap();
+            let q8 = WeightType::Q8.dtype();
+            assert_eq!(attention.query.weight.val().dtype(), q8);
+            assert_eq!(attention.output.weight.val().dtype(), q8);
+            assert_eq!(attention.key.weight.val().dtype(), DType::F32);
+            assert_eq!(
+                attention.query.bias.as_ref().unwrap().val().dtype(),
+                DType::F32
+            );
+            assert_eq!(packed.embedding.weight.val().dtype(), DType::F32);
+            if let Some(head) = &packed.lm_head {
+                assert_eq!(head.weight.val().dtype(), q8);
+            }
+            let values = packed.clone().with_weights(WeightType::F32);
+            let attention = values.blocks[0].attention.multi_head().unwrap();
+            assert_eq!(attention.query.weight.val().dtype(), DType::F32);
+
+            let logits = packed.forward(ids.clone(), ModelInputs::new());
+            let want = values.forward(ids.clone(), ModelInputs::new());
+            assert_close(&logits.into_data(), &floats(&want.into_data()), 1e-4);
+            let step = |model: &Transformer| {
+                let mut caches = model.new_caches();
+                let prompt = ids.clone().narrow(1, 0, 6);
+                model
+                    .try_forward_cached(prompt, ModelInputs::new(), &mut caches)
+                    .unwrap();
+                let next = ids.clone().narrow(1, 6, 1);
+                model
+                    .try_forward_cached(next, ModelInputs::new(), &mut caches)
+                    .unwrap()
+            };
+            let want = floats(&step(&values).into_data());
+            assert_close(&step(&packed).into_data(), &want, 1e-4);
+        }
+    }
+    for_each_backend!(packed_q8_matrices_compute_as_their_values);
 
     #[test]
     fn weight_types_parse_from_their_names() {

@@ -12,7 +12,8 @@
 //! ends it), `--ids` token ids for a model without a tokenizer. Tokens are printed as they come
 //! and tokens/s at the end; `--json` prints one JSON object instead:
 //! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s, peak_rss_mb}`. `--weights f16`
-//! (or `bf16`) stores the model's matrices in half the bytes, for faster decoding on flex.
+//! (or `bf16`) stores the model's matrices in half the bytes, for faster decoding on flex;
+//! `--weights q8` its `Linear` weights in 8-bit blocks (flex and ndarray).
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -33,8 +34,9 @@ struct Args {
     /// Backend: flex, ndarray, wgpu, tch, cuda, rocm or metal (those this binary was built with).
     #[arg(long, default_value = default_backend())]
     device: String,
-    /// The float type the model's matrices are stored in: f32, or f16 or bf16 for half the
-    /// bytes per token (the model computes in f32; flex, LibTorch and WGPU hold them).
+    /// The type the model's matrices are stored in: f32; f16 or bf16 for half the bytes per
+    /// token (flex, LibTorch and WGPU hold them); q8 for its `Linear` weights in 8-bit blocks,
+    /// about a quarter of their bytes (flex and ndarray). The model computes in f32.
     #[arg(long, default_value_t = WeightType::F32)]
     weights: WeightType,
     /// The prompt as plain text, tokenised with the tokenizer's special tokens (BOS where the

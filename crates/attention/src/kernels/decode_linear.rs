@@ -23,12 +23,21 @@
 mod cpu;
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 mod element;
+#[cfg(any(feature = "ndarray", feature = "flex"))]
+mod q8;
 
 #[cfg(any(feature = "ndarray", feature = "flex"))]
 pub(crate) use element::WeightElement;
 
-use burn::backend::{backend_extension, tensor::FloatTensor};
+use burn::backend::backend_extension;
+use burn::backend::tensor::{FloatTensor, QuantizedTensor};
+use burn::tensor::quantization::{QuantMode, QuantScheme, QuantStore, QuantValue, ScaleDtype};
 use burn::tensor::{DType, Tensor};
+
+/// Outputs per scale of [`q8_blocks`]: Q8_0's block (llama.cpp's and GGUF's 8-bit format), here
+/// along a [`Linear`](burn::nn::Linear)'s outputs, the axis its `[in, out]` weight stores
+/// adjacent.
+pub const Q8_BLOCK: usize = 32;
 
 /// Rows (tokens) up to which a product goes through the pass: a decoding step of a batch of
 /// this many rows. Past it the weight is reused enough per read for `gemm`'s blocked kernels.
@@ -54,6 +63,89 @@ pub trait DecodeLinearBackend: burn::backend::Backend {
         weight: FloatTensor<Self>,
         out_by_in: bool,
     ) -> FloatTensor<Self>;
+
+    /// `x w` for `w = weight` (`[in, out]`) kept packed in [`q8_blocks`] (`out` a multiple of
+    /// 32), in f32.
+    ///
+    /// # Shapes
+    /// - `x`: `[rows, in]`, any strides; `weight`: `[in, out]`
+    /// - output: `[rows, out]`
+    #[allow(unused_variables)]
+    fn decode_linear_q8(x: FloatTensor<Self>, weight: QuantizedTensor<Self>) -> FloatTensor<Self>;
+
+    /// The values of `weight` (`[in, out]`, packed in [`q8_blocks`]) in f32, for the products
+    /// the pass does not take.
+    ///
+    /// # Shapes
+    /// - `weight`: `[in, out]`; output: `[in, out]`
+    #[allow(unused_variables)]
+    fn q8_values(weight: QuantizedTensor<Self>) -> FloatTensor<Self>;
+}
+
+/// Q8_0's scheme in Burn's terms: 8-bit values in -127..=127 times one f32 scale per block of
+/// 32 adjacent values (the largest magnitude over 127), the only level of scales. Over a
+/// [`Linear`]'s `[in, out]` weight the blocks run along the outputs.
+///
+/// [`Linear`]: burn::nn::Linear
+pub fn q8_blocks() -> QuantScheme {
+    QuantScheme::default()
+        .with_value(QuantValue::Q8S)
+        .with_mode(QuantMode::Symmetric)
+        // A byte a value, as the CPU backends hold them (ndarray quantizes into no other store).
+        .with_store(QuantStore::Native)
+        .per_block([Q8_BLOCK as u8], ScaleDtype::F32)
+}
+
+/// Whether `scheme` is [`q8_blocks`] (whatever Burn stores its bytes in).
+pub(crate) fn is_q8_blocks(scheme: &QuantScheme) -> bool {
+    let reference = q8_blocks();
+    scheme.value == reference.value
+        && scheme.mode == reference.mode
+        && scheme.block_scale() == reference.block_scale()
+        && scheme.tensor_scale().is_none()
+}
+
+/// Whether [`DecodeLinearBackend::decode_linear_q8`] runs for `x` (`[.., in]`) and `weight`: as
+/// [`available`], for a weight quantized in [`q8_blocks`] whose outputs are whole blocks.
+pub(crate) fn available_q8<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bool {
+    let rows: usize = x.dims()[..D - 1].iter().product();
+    rows <= MAX_ROWS
+        && x.dtype() == DType::F32
+        && matches!(weight.dtype(), DType::QFloat(scheme) if is_q8_blocks(&scheme))
+        && weight.dims()[1].is_multiple_of(Q8_BLOCK)
+        && super::flex_or_ndarray(x.device().as_dispatch())
+}
+
+/// The f32 values of `weight`: through [`DecodeLinearBackend::q8_values`] where it is packed
+/// in [`q8_blocks`] on flex or ndarray, through Burn's dequantization for any other quantized
+/// weight; a float weight as it is.
+pub(crate) fn float_weight<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
+    let DType::QFloat(scheme) = weight.dtype() else {
+        return weight;
+    };
+    let ours = D == 2
+        && is_q8_blocks(&scheme)
+        && weight.dims()[D - 1].is_multiple_of(Q8_BLOCK)
+        && super::flex_or_ndarray(weight.device().as_dispatch());
+    match ours {
+        true => Tensor::from_dispatch(<burn::backend::Dispatch as DecodeLinearBackend>::q8_values(
+            weight.into_dispatch(),
+        )),
+        false => weight.dequantize(),
+    }
+}
+
+/// [`DecodeLinearBackend::decode_linear_q8`], where [`available_q8`].
+///
+/// # Shapes
+/// As [`DecodeLinearBackend::decode_linear_q8`].
+pub(crate) fn decode_linear_q8(x: Tensor<2>, weight: Tensor<2>) -> Tensor<2> {
+    Tensor::from_dispatch(
+        <burn::backend::Dispatch as DecodeLinearBackend>::decode_linear_q8(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+        ),
+    )
 }
 
 /// Whether [`DecodeLinearBackend::decode_linear`] runs for `x` (`[.., in]`, its leading
@@ -195,11 +287,73 @@ mod tests {
         }
     }
 
+    #[allow(dead_code)]
+    /// A weight packed in [`q8_blocks`] against Burn's matmul of its dequantized values, for
+    /// one row and [`MAX_ROWS`], a task of a few blocks and weights of many bands and of several
+    /// blocks of columns, and an `in` not a multiple of four. The packed values are Q8_0's: each
+    /// within half a step (its block's largest magnitude over 254) of the weight it stands for.
+    fn packed_q8_weights_equal_matmul_of_their_values(device: &Device) {
+        let normal =
+            |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device);
+        for rows in [1, MAX_ROWS] {
+            for (d_in, d_out) in [(3, 32), (64, 96), (576, 192), (130, 4160), (2101, 64)] {
+                let x = normal([rows, d_in]);
+                let w = normal([d_in, d_out]);
+                let packed = w.clone().quantize_dynamic(&q8_blocks());
+                assert!(available_q8(&x, &packed));
+                assert!(
+                    !available(&x, &packed),
+                    "the float pass takes float weights"
+                );
+                let values = packed.clone().dequantize();
+                let (exact, stored) = (floats(&w.into_data()), floats(&values.clone().into_data()));
+                for (block, stored) in exact.chunks(Q8_BLOCK).zip(stored.chunks(Q8_BLOCK)) {
+                    let step = block.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+                    for (exact, stored) in block.iter().zip(stored) {
+                        assert!(
+                            (exact - stored).abs() <= step * 0.5 + 1e-6,
+                            "{exact} {stored}"
+                        );
+                    }
+                }
+                // The unpacking the products the pass leaves take: Burn's values, exactly.
+                let unpacked = float_weight(packed.clone());
+                assert_eq!(unpacked.dtype(), DType::F32);
+                assert_close(&unpacked.into_data(), &stored, 0.0);
+                let want = floats(&x.clone().matmul(values).into_data());
+                let got = decode_linear_q8(x, packed);
+                assert_eq!(got.dims(), [rows, d_out]);
+                assert_close(&got.into_data(), &want, 1e-5 * (d_in as f32).sqrt());
+            }
+        }
+        // Not the pass: more rows, another scheme (one scale for the whole tensor).
+        let weight = normal([64, 32]).quantize_dynamic(&q8_blocks());
+        assert!(!available_q8(&normal([MAX_ROWS + 1, 64]), &weight));
+        let per_tensor = QuantScheme::default()
+            .with_value(QuantValue::Q8S)
+            .with_store(QuantStore::Native)
+            .per_tensor(ScaleDtype::F32);
+        let whole = normal([64, 32]).quantize_dynamic(&per_tensor);
+        assert!(!available_q8(&normal([1, 64]), &whole));
+    }
+
     // The backends with the pass; elsewhere `available` is false and Burn's matmul runs.
     #[cfg(feature = "ndarray")]
     #[test]
     fn equals_matmul_on_ndarray() {
         equals_matmul(&device("ndarray"));
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn packed_q8_weights_equal_matmul_of_their_values_on_ndarray() {
+        packed_q8_weights_equal_matmul_of_their_values(&device("ndarray"));
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn packed_q8_weights_equal_matmul_of_their_values_on_flex() {
+        packed_q8_weights_equal_matmul_of_their_values(&device("flex"));
     }
 
     #[cfg(feature = "flex")]

@@ -33,17 +33,19 @@ pub(crate) fn rows_times<W: WeightElement>(
     weight: Strided<'_, W>,
     out_by_in: bool,
 ) -> Vec<f32> {
-    let tasks_for = |floats: usize| {
-        floats
-            .div_ceil(TASK_FLOATS)
-            .clamp(1, TASKS_PER_THREAD * rayon::current_num_threads())
-    };
     let rows = x.shape[2];
     let [_, _, a, b] = weight.shape;
     match out_by_in {
         false => by_bands_of_inputs(x, weight, rows, [a, b], tasks_for(a * b)),
         true => by_bands_of_outputs(x, weight, rows, [b, a], tasks_for(a * b)),
     }
+}
+
+/// How many tasks a weight of `floats` floats' bytes is cut into.
+pub(super) fn tasks_for(floats: usize) -> usize {
+    floats
+        .div_ceil(TASK_FLOATS)
+        .clamp(1, TASKS_PER_THREAD * rayon::current_num_threads())
 }
 
 /// `x w` for `w` `[d_in, d_out]`, row-major.
@@ -178,7 +180,7 @@ impl<W: WeightElement> Task for OutputBands<'_, W> {
 
 /// `[rows, d_out]`: the sum of `tasks` tasks' `[rows, width]` partial results, task `index`'s
 /// at columns `first_column(index)..` (cut at `d_out`).
-fn gather(
+pub(super) fn gather(
     task: &impl Task,
     tasks: usize,
     rows: usize,
@@ -203,7 +205,7 @@ fn gather(
 }
 
 /// One task of a product, writing its chunk of partial results.
-trait Task: Sync {
+pub(super) trait Task: Sync {
     fn run(&self, index: usize, out: &mut [f32]);
 }
 
@@ -243,7 +245,7 @@ fn run_one(task: &impl Task, index: usize, out: &mut [f32]) {
 #[cfg(feature = "flex")]
 mod flex {
     use burn::backend::Flex;
-    use burn::backend::flex::FlexTensor;
+    use burn::backend::flex::{FlexQTensor, FlexTensor};
     use burn::tensor::{DType, Element, TensorData};
     use bytemuck::Pod;
     use half::{bf16, f16};
@@ -261,6 +263,14 @@ mod flex {
                 other => panic!("decode_linear: an f32, f16 or bf16 weight, not {other:?}"),
             });
             FlexTensor::from_data(TensorData::new(output.0, output.1))
+        }
+
+        fn decode_linear_q8(x: FlexTensor, weight: FlexQTensor) -> FlexTensor {
+            super::super::q8::flex::decode_linear_q8(x, weight)
+        }
+
+        fn q8_values(weight: FlexQTensor) -> FlexTensor {
+            super::super::q8::flex::q8_values(weight)
         }
     }
 
@@ -282,7 +292,7 @@ mod ndarray_backend {
     #![allow(deprecated)]
 
     use burn::backend::NdArray;
-    use burn::backend::ndarray::{NdArrayTensor, SharedArray};
+    use burn::backend::ndarray::{NdArrayQTensor, NdArrayTensor, SharedArray};
 
     use super::rows_times;
     use crate::kernels::decode_linear::DecodeLinearBackend;
@@ -304,6 +314,14 @@ mod ndarray_backend {
                 SharedArray::from_shape_vec(shape.as_slice(), output)
                     .expect("the output holds exactly its shape's elements"),
             )
+        }
+
+        fn decode_linear_q8(x: NdArrayTensor, weight: NdArrayQTensor) -> NdArrayTensor {
+            super::super::q8::ndarray_backend::decode_linear_q8(x, weight)
+        }
+
+        fn q8_values(weight: NdArrayQTensor) -> NdArrayTensor {
+            super::super::q8::ndarray_backend::q8_values(weight)
         }
     }
 }

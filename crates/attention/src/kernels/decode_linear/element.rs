@@ -27,7 +27,7 @@ const PREFETCH_BYTES: usize = 2048;
 
 /// A hint that the cache line at `p` is read soon.
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(super) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing into the program and faults on no address.
     #[allow(unsafe_code)]

@@ -1,0 +1,309 @@
+//! The decode-shaped product for a weight kept packed in 8-bit blocks (Burn's `Q8S` with one
+//! f32 scale per block of [`Q8_BLOCK`] adjacent outputs: `w[i, j] = q[i, j] * scale[i, j / 32]`,
+//! `q` in -127..=127): a byte a weight and 4 bytes of scale per 32, 1.125 bytes against f32's 4.
+//!
+//! The weight is a [`Linear`](burn::nn::Linear)'s `[in, out]`, row-major, cut into bands of rows
+//! and blocks of columns as in `cpu.rs`; each task adds `x[r, i] * scale * q[i, ..]` into its
+//! partial sums, four rows of the weight per pass, the bytes widened to f32 in registers.
+
+use super::Q8_BLOCK;
+use super::cpu::{Task, gather, tasks_for};
+use super::element::prefetch;
+use crate::kernels::strided::Strided;
+
+/// Columns of a task at most: 8 KB of partial sums per row of `x`, a whole number of blocks.
+const BLOCK_COLS: usize = 2048;
+
+/// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times the weight `q` (`[1, 1, in,
+/// out]`, `out` a multiple of [`Q8_BLOCK`]) scaled by `scales` (`[in, out / 32]`, row-major).
+pub(crate) fn rows_times_q8(x: Strided<'_>, q: Strided<'_, i8>, scales: &[f32]) -> Vec<f32> {
+    let rows = x.shape[2];
+    let [_, _, d_in, d_out] = q.shape;
+    assert_eq!(d_out % Q8_BLOCK, 0, "whole blocks of outputs");
+    assert_eq!(scales.len(), d_in * d_out / Q8_BLOCK, "a scale per block");
+    let block = d_out.clamp(Q8_BLOCK, BLOCK_COLS);
+    let blocks = d_out.div_ceil(block).max(1);
+    // As many tasks as the f32 pass cuts the same matrix into: the same rows per task, for
+    // threads as evenly loaded (a quarter as many left one of two threads idle a third of the
+    // time on SmolLM2's 576 x 576 projections).
+    let tasks = tasks_for(d_in * d_out);
+    let bands = tasks.div_ceil(blocks).clamp(1, d_in.max(1));
+    let band = d_in.div_ceil(bands).max(1);
+    let task = Q8Bands {
+        x,
+        q,
+        scales,
+        rows,
+        d_in,
+        d_out,
+        block,
+        band,
+        bands: d_in.div_ceil(band).max(1),
+    };
+    let bands = task.bands;
+    gather(&task, blocks * bands, rows, block, d_out, |index| {
+        (index / bands) * block
+    })
+}
+
+/// Task `index`: block of columns `index / bands`, band of rows `index % bands` of the weight.
+struct Q8Bands<'a> {
+    x: Strided<'a>,
+    q: Strided<'a, i8>,
+    scales: &'a [f32],
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+    block: usize,
+    band: usize,
+    bands: usize,
+}
+
+impl Task for Q8Bands<'_> {
+    /// The task compiled for the widest vectors the CPU has: widening the bytes costs more
+    /// instructions than reading them costs time, so at AVX2's 8 lanes the product was bound by
+    /// the arithmetic (15 ms of SmolLM2's step against the 6 its bytes take to read).
+    fn run(&self, index: usize, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("fma") {
+                #[target_feature(enable = "avx512f,fma")]
+                fn avx512(task: &Q8Bands<'_>, index: usize, out: &mut [f32]) {
+                    task.run_inline(index, out)
+                }
+                // SAFETY: the CPU has AVX-512F and FMA, checked just above.
+                #[allow(unsafe_code)]
+                return unsafe { avx512(self, index, out) };
+            }
+            if has!("avx2") && has!("fma") {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2(task: &Q8Bands<'_>, index: usize, out: &mut [f32]) {
+                    task.run_inline(index, out)
+                }
+                // SAFETY: the CPU has AVX2 and FMA, checked just above.
+                #[allow(unsafe_code)]
+                return unsafe { avx2(self, index, out) };
+            }
+        }
+        self.run_inline(index, out)
+    }
+}
+
+impl Q8Bands<'_> {
+    #[inline(always)]
+    fn run_inline(&self, index: usize, out: &mut [f32]) {
+        let Self {
+            x,
+            q,
+            scales,
+            rows,
+            block,
+            band,
+            bands,
+            ..
+        } = *self;
+        let (columns, inputs) = (index / bands, index % bands);
+        let first = columns * block;
+        let width = block.min(self.d_out - first);
+        let per_row = self.d_out / Q8_BLOCK;
+        let q_row = |i: usize| &q.row(0, 0, i)[first..first + width];
+        let scale_row = |i: usize| &scales[i * per_row + first / Q8_BLOCK..][..width / Q8_BLOCK];
+        let band = inputs * band..((inputs + 1) * band).min(self.d_in);
+        // Each group of four rows asks for the bytes and scales of the group two ahead: the
+        // hardware's prefetchers alone left the loads waiting.
+        let ahead = |i: usize| {
+            if i < band.end {
+                let (q, scale) = (q_row(i), scale_row(i));
+                for line in (0..q.len()).step_by(64) {
+                    prefetch(q[line..].as_ptr());
+                }
+                for line in (0..scale.len()).step_by(16) {
+                    prefetch(scale[line..].as_ptr());
+                }
+            }
+        };
+        let mut i = band.start;
+        while i + 4 <= band.end {
+            (i + 8..i + 12).for_each(ahead);
+            let q4 = [q_row(i), q_row(i + 1), q_row(i + 2), q_row(i + 3)];
+            let s4 = [
+                scale_row(i),
+                scale_row(i + 1),
+                scale_row(i + 2),
+                scale_row(i + 3),
+            ];
+            for r in 0..rows {
+                let x = &x.row(0, 0, r)[i..i + 4];
+                axpy4(
+                    &mut out[r * block..r * block + width],
+                    [x[0], x[1], x[2], x[3]],
+                    q4,
+                    s4,
+                );
+            }
+            i += 4;
+        }
+        for i in i..band.end {
+            for r in 0..rows {
+                let x_ri = x.row(0, 0, r)[i];
+                axpy(
+                    &mut out[r * block..r * block + width],
+                    x_ri,
+                    q_row(i),
+                    scale_row(i),
+                );
+            }
+        }
+    }
+}
+
+/// `out += sum_k a[k] * scale[k][c / 32] * q[k][c]` over `out`'s length (a whole number of
+/// blocks; each `q[k]` as long, each `scale[k]` a scale per block), each term fused into the
+/// sum (`mul_add`: one instruction where the CPU has FMA).
+#[inline(always)]
+fn axpy4(out: &mut [f32], a: [f32; 4], q: [&[i8]; 4], scale: [&[f32]; 4]) {
+    let blocks = out.len() / Q8_BLOCK;
+    let q = q.map(|q| &q[..blocks * Q8_BLOCK]);
+    let scale = scale.map(|scale| &scale[..blocks]);
+    for (b, out) in out.chunks_exact_mut(Q8_BLOCK).enumerate() {
+        let s = [0, 1, 2, 3].map(|k| a[k] * scale[k][b]);
+        let q = [0, 1, 2, 3].map(|k| &q[k][b * Q8_BLOCK..(b + 1) * Q8_BLOCK]);
+        // Fixed-length loops: the compiler widens a vector of bytes at a time.
+        for c in 0..Q8_BLOCK {
+            let mut sum = out[c];
+            for k in 0..4 {
+                sum = s[k].mul_add(q[k][c] as f32, sum);
+            }
+            out[c] = sum;
+        }
+    }
+}
+
+/// `out += a * scale[c / 32] * q[c]`: one row of the weight.
+#[inline(always)]
+fn axpy(out: &mut [f32], a: f32, q: &[i8], scale: &[f32]) {
+    for (b, out) in out.chunks_exact_mut(Q8_BLOCK).enumerate() {
+        let s = a * scale[b];
+        let q = &q[b * Q8_BLOCK..(b + 1) * Q8_BLOCK];
+        for c in 0..Q8_BLOCK {
+            out[c] = s.mul_add(q[c] as f32, out[c]);
+        }
+    }
+}
+
+/// The weight's values, `[in, out]` row-major: `q[i, j] * scale[i, j / 32]`, rows in parallel.
+/// What a prefill's products multiply by (Burn's dequantization finds each value's block by
+/// division, a second of SmolLM2's 32-token prompt).
+pub(crate) fn q8_values(q: Strided<'_, i8>, scales: &[f32]) -> Vec<f32> {
+    use rayon::prelude::*;
+    let [_, _, d_in, d_out] = q.shape;
+    assert_eq!(scales.len(), d_in * d_out / Q8_BLOCK, "a scale per block");
+    let mut values = vec![0.0f32; d_in * d_out];
+    values
+        .par_chunks_exact_mut(d_out.max(1))
+        .enumerate()
+        .for_each(|(i, row)| {
+            let scale = &scales[i * d_out / Q8_BLOCK..(i + 1) * d_out / Q8_BLOCK];
+            for ((row, q), scale) in row
+                .chunks_exact_mut(Q8_BLOCK)
+                .zip(q.row(0, 0, i).chunks_exact(Q8_BLOCK))
+                .zip(scale)
+            {
+                for (value, &q) in row.iter_mut().zip(q) {
+                    *value = q as f32 * scale;
+                }
+            }
+        });
+    values
+}
+
+/// The extension for each CPU backend: the packed bytes as a view, their scales, the product.
+#[cfg(feature = "flex")]
+pub(super) mod flex {
+    use burn::backend::flex::{FlexQTensor, FlexTensor};
+    use burn::tensor::TensorData;
+
+    use super::rows_times_q8;
+    use crate::kernels::strided::flex_matrix;
+
+    /// `x` times the packed `weight`, as a flex tensor `[rows, out]`.
+    pub(crate) fn decode_linear_q8(x: FlexTensor, weight: FlexQTensor) -> FlexTensor {
+        let (output, shape) = flex_matrix(x, |x| {
+            flex_matrix(weight.tensor().clone(), |q| {
+                (
+                    rows_times_q8(x, q, weight.scales()),
+                    [x.shape[2], q.shape[3]],
+                )
+            })
+        });
+        FlexTensor::from_data(TensorData::new(output, shape))
+    }
+
+    /// The packed `weight`'s values, as a flex tensor `[in, out]` in f32.
+    pub(crate) fn q8_values(weight: FlexQTensor) -> FlexTensor {
+        let (values, shape) = flex_matrix(weight.tensor().clone(), |q| {
+            (
+                super::q8_values(q, weight.scales()),
+                [q.shape[2], q.shape[3]],
+            )
+        });
+        FlexTensor::from_data(TensorData::new(values, shape))
+    }
+}
+
+#[cfg(feature = "ndarray")]
+pub(super) mod ndarray_backend {
+    #![allow(deprecated)]
+
+    use burn::backend::ndarray::{NdArrayQTensor, NdArrayTensor, SharedArray};
+
+    use super::rows_times_q8;
+    use crate::kernels::strided::{Strided, ndarray_matrix};
+
+    /// `x` times the packed `weight`, as an ndarray tensor `[rows, out]`.
+    pub(crate) fn decode_linear_q8(x: NdArrayTensor, weight: NdArrayQTensor) -> NdArrayTensor {
+        let (output, shape) = packed(&weight, |q| {
+            ndarray_matrix(x, |x| {
+                (
+                    rows_times_q8(x, q, &weight.qparams),
+                    [x.shape[2], q.shape[3]],
+                )
+            })
+        });
+        tensor(output, shape)
+    }
+
+    /// The packed `weight`'s values, as an ndarray tensor `[in, out]` in f32.
+    pub(crate) fn q8_values(weight: NdArrayQTensor) -> NdArrayTensor {
+        let (values, shape) = packed(&weight, |q| {
+            (
+                super::q8_values(q, &weight.qparams),
+                [q.shape[2], q.shape[3]],
+            )
+        });
+        tensor(values, shape)
+    }
+
+    /// `f` over `weight`'s bytes as a row-major `[1, 1, in, out]` view.
+    fn packed<R>(weight: &NdArrayQTensor, f: impl FnOnce(Strided<'_, i8>) -> R) -> R {
+        let NdArrayTensor::I8(q) = &weight.qtensor else {
+            panic!("decode_linear_q8: Q8S values are stored as i8");
+        };
+        let q = q.view();
+        let q = q.as_standard_layout();
+        let [d_in, d_out]: [usize; 2] = q.shape().try_into().expect("a matrix");
+        let values = q.as_slice().expect("standard layout is one slice");
+        f(
+            Strided::new(values, [1, 1, d_in, d_out], &[0, 0, d_out as isize, 1], 0)
+                .expect("row-major"),
+        )
+    }
+
+    fn tensor(values: Vec<f32>, shape: [usize; 2]) -> NdArrayTensor {
+        NdArrayTensor::from(
+            SharedArray::from_shape_vec(shape.as_slice(), values)
+                .expect("the output holds exactly its shape's elements"),
+        )
+    }
+}
