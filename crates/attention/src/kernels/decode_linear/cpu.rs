@@ -23,8 +23,9 @@ const TASK_FLOATS: usize = 1 << 15;
 /// of `[in, out]` bands stay a small fraction of the weight.
 const TASKS_PER_THREAD: usize = 4;
 
-/// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x`.
-const BLOCK_COLS: usize = 2048;
+/// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x` (a whole number
+/// of the packed pass's blocks of 32).
+pub(super) const BLOCK_COLS: usize = 2048;
 
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times `w`: `weight` as `[1, 1, in,
 /// out]`, or, when `out_by_in`, as `[1, 1, out, in]` standing for its transpose.
