@@ -202,6 +202,30 @@ mod tests {
     use crate::transformer::tests::tiny_attention;
     use crate::transformer::{ModelInputs, OutputHead, TransformerConfig};
 
+    /// `model`'s logits, in f32, against `reference`'s within 1e-4: over all of `ids` in one
+    /// pass (a prefill's shapes), and for its last token as a decoding step after the others in
+    /// the cache (decoding shapes: the CPU backends' decode-shaped pass).
+    fn assert_same_logits(model: &Transformer, reference: &Transformer, ids: &Tensor<2, Int>) {
+        let logits = model.forward(ids.clone(), ModelInputs::new());
+        assert_eq!(logits.dtype(), DType::F32);
+        let want = reference.forward(ids.clone(), ModelInputs::new());
+        assert_close(&logits.into_data(), &floats(&want.into_data()), 1e-4);
+        let last = ids.dims()[1] - 1;
+        let step = |model: &Transformer| {
+            let mut caches = model.new_caches();
+            let prompt = ids.clone().narrow(1, 0, last);
+            model
+                .try_forward_cached(prompt, ModelInputs::new(), &mut caches)
+                .unwrap();
+            let next = ids.clone().narrow(1, last, 1);
+            model
+                .try_forward_cached(next, ModelInputs::new(), &mut caches)
+                .unwrap()
+        };
+        let want = floats(&step(reference).into_data());
+        assert_close(&step(model).into_data(), &want, 1e-4);
+    }
+
     /// A model with f16 or bf16 matrices against the same model with those matrices rounded to
     /// the type and stored in f32 again: the same logits to f32's accuracy, for a tied head and
     /// a head of its own, with a bias on the head, at decoding shapes (one token after a cached
@@ -247,24 +271,7 @@ mod tests {
                 let rounded = narrow.clone().with_weights(WeightType::F32);
                 assert_eq!(rounded.embedding.weight.val().dtype(), DType::F32);
 
-                let logits = narrow.forward(ids.clone(), ModelInputs::new());
-                assert_eq!(logits.dtype(), DType::F32, "{weights}");
-                let want = rounded.forward(ids.clone(), ModelInputs::new());
-                assert_close(&logits.into_data(), &floats(&want.into_data()), 1e-4);
-
-                let step = |model: &Transformer| {
-                    let mut caches = model.new_caches();
-                    let prompt = ids.clone().narrow(1, 0, 6);
-                    model
-                        .try_forward_cached(prompt, ModelInputs::new(), &mut caches)
-                        .unwrap();
-                    let next = ids.clone().narrow(1, 6, 1);
-                    model
-                        .try_forward_cached(next, ModelInputs::new(), &mut caches)
-                        .unwrap()
-                };
-                let want = floats(&step(&rounded).into_data());
-                assert_close(&step(&narrow).into_data(), &want, 1e-4);
+                assert_same_logits(&narrow, &rounded, &ids);
             }
         }
     }
@@ -322,22 +329,7 @@ mod tests {
             let attention = values.blocks[0].attention.multi_head().unwrap();
             assert_eq!(attention.query.weight.val().dtype(), DType::F32);
 
-            let logits = packed.forward(ids.clone(), ModelInputs::new());
-            let want = values.forward(ids.clone(), ModelInputs::new());
-            assert_close(&logits.into_data(), &floats(&want.into_data()), 1e-4);
-            let step = |model: &Transformer| {
-                let mut caches = model.new_caches();
-                let prompt = ids.clone().narrow(1, 0, 6);
-                model
-                    .try_forward_cached(prompt, ModelInputs::new(), &mut caches)
-                    .unwrap();
-                let next = ids.clone().narrow(1, 6, 1);
-                model
-                    .try_forward_cached(next, ModelInputs::new(), &mut caches)
-                    .unwrap()
-            };
-            let want = floats(&step(&values).into_data());
-            assert_close(&step(&packed).into_data(), &want, 1e-4);
+            assert_same_logits(&packed, &values, &ids);
         }
     }
     for_each_backend!(packed_q8_matrices_compute_as_their_values);

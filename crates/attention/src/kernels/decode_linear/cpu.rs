@@ -25,7 +25,7 @@ const TASKS_PER_THREAD: usize = 4;
 
 /// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x` (a whole number
 /// of the packed pass's blocks of 32).
-pub(super) const BLOCK_COLS: usize = 2048;
+const BLOCK_COLS: usize = 2048;
 
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times `w`: `weight` as `[1, 1, in,
 /// out]`, or, when `out_by_in`, as `[1, 1, out, in]` standing for its transpose.
@@ -57,25 +57,62 @@ fn by_bands_of_inputs<W: WeightElement>(
     [d_in, d_out]: [usize; 2],
     tasks: usize,
 ) -> Vec<f32> {
-    let block = d_out.clamp(1, BLOCK_COLS);
-    let blocks = d_out.div_ceil(block).max(1);
-    let bands = tasks.div_ceil(blocks).clamp(1, d_in.max(1));
-    let band = d_in.div_ceil(bands).max(1);
+    let tiles = Tiles::new(d_in, d_out, tasks);
     let task = InputBands {
         x,
         w,
         rows,
         d_in,
         d_out,
-        block,
-        band,
-        bands: d_in.div_ceil(band).max(1),
+        tiles,
     };
-    // Tasks block-major, then band; a block's bands add up.
-    let bands = task.bands;
-    gather(&task, blocks * bands, rows, block, d_out, |index| {
-        (index / bands) * block
-    })
+    tiles.gather(&task, rows, d_out)
+}
+
+/// How an `[in, out]` weight is cut into about `tasks` tasks: blocks of `block` columns (the
+/// last one cut at `out`), each in `bands` bands of `band` rows; task `index` is block `index /
+/// bands`, band `index % bands`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tiles {
+    pub block: usize,
+    pub blocks: usize,
+    pub band: usize,
+    pub bands: usize,
+}
+
+impl Tiles {
+    pub(super) fn new(d_in: usize, d_out: usize, tasks: usize) -> Self {
+        let block = d_out.clamp(1, BLOCK_COLS);
+        let blocks = d_out.div_ceil(block).max(1);
+        let bands = tasks.div_ceil(blocks).clamp(1, d_in.max(1));
+        let band = d_in.div_ceil(bands).max(1);
+        Self {
+            block,
+            blocks,
+            band,
+            bands: d_in.div_ceil(band).max(1),
+        }
+    }
+
+    /// Task `index`'s first column, and its rows of the weight (cut at `d_in`).
+    #[inline(always)]
+    pub(super) fn task(&self, index: usize, d_in: usize) -> (usize, std::ops::Range<usize>) {
+        let (columns, inputs) = (index / self.bands, index % self.bands);
+        let rows = inputs * self.band..((inputs + 1) * self.band).min(d_in);
+        (columns * self.block, rows)
+    }
+
+    /// `[rows, d_out]`: every task's partial sums, a block's bands added up.
+    pub(super) fn gather(self, task: &impl Task, rows: usize, d_out: usize) -> Vec<f32> {
+        gather(
+            task,
+            self.blocks * self.bands,
+            rows,
+            self.block,
+            d_out,
+            |index| (index / self.bands) * self.block,
+        )
+    }
 }
 
 /// The tasks of [`by_bands_of_inputs`]: task `index` is block of columns `index / bands` and
@@ -86,28 +123,19 @@ struct InputBands<'a, W> {
     rows: usize,
     d_in: usize,
     d_out: usize,
-    block: usize,
-    band: usize,
-    bands: usize,
+    tiles: Tiles,
 }
 
 impl<W: WeightElement> Task for InputBands<'_, W> {
     #[inline(always)]
     fn run(&self, index: usize, out: &mut [f32]) {
         let Self {
-            x,
-            w,
-            rows,
-            block,
-            band,
-            bands,
-            ..
+            x, w, rows, tiles, ..
         } = *self;
-        let (columns, inputs) = (index / bands, index % bands);
-        let first = columns * block;
+        let block = tiles.block;
+        let (first, band) = tiles.task(index, self.d_in);
         let width = block.min(self.d_out - first);
         let w_row = |i: usize| &w.row(0, 0, i)[first..first + width];
-        let band = inputs * band..((inputs + 1) * band).min(self.d_in);
         // Four rows of the weight per pass over the partial sums: a quarter of the sums' loads
         // and stores per weight read, and four streams for the prefetchers.
         let mut i = band.start;
@@ -181,7 +209,7 @@ impl<W: WeightElement> Task for OutputBands<'_, W> {
 
 /// `[rows, d_out]`: the sum of `tasks` tasks' `[rows, width]` partial results, task `index`'s
 /// at columns `first_column(index)..` (cut at `d_out`).
-pub(super) fn gather(
+fn gather(
     task: &impl Task,
     tasks: usize,
     rows: usize,

@@ -7,7 +7,7 @@
 //! partial sums, four rows of the weight per pass, the bytes widened to f32 in registers.
 
 use super::Q8_BLOCK;
-use super::cpu::{BLOCK_COLS, Task, gather, tasks_for};
+use super::cpu::{Task, Tiles, tasks_for};
 use super::element::prefetch;
 use crate::kernels::strided::Strided;
 
@@ -18,14 +18,11 @@ pub(crate) fn rows_times_q8(x: Strided<'_>, q: Strided<'_, i8>, scales: &[f32]) 
     let [_, _, d_in, d_out] = q.shape;
     assert_eq!(d_out % Q8_BLOCK, 0, "whole blocks of outputs");
     assert_eq!(scales.len(), d_in * d_out / Q8_BLOCK, "a scale per block");
-    let block = d_out.clamp(Q8_BLOCK, BLOCK_COLS);
-    let blocks = d_out.div_ceil(block).max(1);
     // As many tasks as the f32 pass cuts the same matrix into, not a quarter as many for a
     // quarter of the bytes: that would give SmolLM2's 576 x 576 projections three tasks for two
-    // threads.
-    let tasks = tasks_for(d_in * d_out);
-    let bands = tasks.div_ceil(blocks).clamp(1, d_in.max(1));
-    let band = d_in.div_ceil(bands).max(1);
+    // threads. Its blocks of columns are whole blocks of scales.
+    let tiles = Tiles::new(d_in, d_out, tasks_for(d_in * d_out));
+    debug_assert_eq!(tiles.block % Q8_BLOCK, 0);
     let task = Q8Bands {
         x,
         q,
@@ -33,17 +30,12 @@ pub(crate) fn rows_times_q8(x: Strided<'_>, q: Strided<'_, i8>, scales: &[f32]) 
         rows,
         d_in,
         d_out,
-        block,
-        band,
-        bands: d_in.div_ceil(band).max(1),
+        tiles,
     };
-    let bands = task.bands;
-    gather(&task, blocks * bands, rows, block, d_out, |index| {
-        (index / bands) * block
-    })
+    tiles.gather(&task, rows, d_out)
 }
 
-/// Task `index`: block of columns `index / bands`, band of rows `index % bands` of the weight.
+/// The tasks of [`rows_times_q8`], as [`Tiles`] cuts the weight.
 struct Q8Bands<'a> {
     x: Strided<'a>,
     q: Strided<'a, i8>,
@@ -51,9 +43,7 @@ struct Q8Bands<'a> {
     rows: usize,
     d_in: usize,
     d_out: usize,
-    block: usize,
-    band: usize,
-    bands: usize,
+    tiles: Tiles,
 }
 
 impl Task for Q8Bands<'_> {
@@ -95,18 +85,15 @@ impl Q8Bands<'_> {
             q,
             scales,
             rows,
-            block,
-            band,
-            bands,
+            tiles,
             ..
         } = *self;
-        let (columns, inputs) = (index / bands, index % bands);
-        let first = columns * block;
+        let block = tiles.block;
+        let (first, band) = tiles.task(index, self.d_in);
         let width = block.min(self.d_out - first);
         let per_row = self.d_out / Q8_BLOCK;
         let q_row = |i: usize| &q.row(0, 0, i)[first..first + width];
         let scale_row = |i: usize| &scales[i * per_row + first / Q8_BLOCK..][..width / Q8_BLOCK];
-        let band = inputs * band..((inputs + 1) * band).min(self.d_in);
         // Each group of four rows asks for the bytes and scales of the group two ahead: in the
         // profile the loads were the hot instructions, and with this request `generate` decoded
         // 36-41 tokens/s against 32-38 without (three runs each, alternated).
