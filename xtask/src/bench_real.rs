@@ -11,7 +11,8 @@
 //!
 //! Ours runs with f32 weights on every backend, then with f16 and bf16 weights (`--weights`) on
 //! those that hold them, and with q8 weights (8-bit blocks) on flex and ndarray: the f32 rows'
-//! tokens are held to transformers', the narrower rows' to the same backend's f32 run. llama.cpp runs the GGUF file itself, its Q4_1 blocks as they are
+//! tokens are held to transformers', the narrower rows' to the same backend's f32 run. llama.cpp
+//! runs the GGUF file itself, its Q4_1 blocks as they are
 //! (`real_llama_cpp.py`, through llama-cpp-python, which the xtask installs pinned; pip compiles
 //! llama.cpp on the first run): the figure that fewer bytes per weight approach. Where it cannot
 //! be installed, its rows say why and the command fails once the table is printed.
@@ -33,15 +34,17 @@ const PROMPT_TOKENS: [usize; 2] = [32, 1024];
 const NEW_TOKENS: usize = 128;
 /// Threads for transformers (ours use every core, which is this machine's 2).
 const THREADS: usize = 2;
-/// SmolLM2-135M's weights in f32: 134,515,008 parameters (the tied head counted once).
-const WEIGHT_BYTES: f64 = 134_515_008.0 * 4.0;
+/// SmolLM2-135M's parameters (the tied head counted once).
+const PARAMETERS: f64 = 134_515_008.0;
+/// Its weights in f32.
+const WEIGHT_BYTES: f64 = PARAMETERS * 4.0;
 /// Of which the token table (also the tied head): 49,152 x 576.
 const TABLE_PARAMETERS: f64 = 49_152.0 * 576.0;
 /// And the norms' (61 x 576), the rest being `Linear` weights.
 const NORM_PARAMETERS: f64 = 61.0 * 576.0;
 /// Bytes a decoding step reads with q8 weights: the `Linear` weights at 1.125 bytes (a byte, and
 /// a 4-byte scale per 32), the table and norms in f32.
-const Q8_WEIGHT_BYTES: f64 = (134_515_008.0 - TABLE_PARAMETERS - NORM_PARAMETERS) * 1.125
+const Q8_WEIGHT_BYTES: f64 = (PARAMETERS - TABLE_PARAMETERS - NORM_PARAMETERS) * 1.125
     + (TABLE_PARAMETERS + NORM_PARAMETERS) * 4.0;
 
 /// The weight types of ours: f32; f16 and bf16 where the backend holds them (not ndarray); q8

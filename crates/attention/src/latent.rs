@@ -655,7 +655,7 @@ impl MultiHeadLatentAttention {
         let (nope, value_dim) = (c.nope_dim, c.value_dim);
         // Burn's weight is [in, out] = [kv_rank, heads * (nope + value)]: per head, its key
         // columns then its value columns.
-        let up = crate::linear::float_weight(self.kv_up.weight.val())
+        let up = crate::kernels::decode_linear::float_weight(self.kv_up.weight.val())
             .cast(q_nope.dtype())
             .reshape([1, rank, heads, nope + value_dim])
             .permute([0, 2, 1, 3])

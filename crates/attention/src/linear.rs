@@ -52,7 +52,7 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
         return y.reshape([batch, seq, d_output]);
     }
     // A packed weight elsewhere (more rows, or another backend): its values, at every call.
-    let weight = float_weight(weight);
+    let weight = decode_linear::float_weight(weight);
     let decode = decode_linear::available(&x, &weight);
     if !decode && !prefill_linear::available(&x, &weight) {
         return burn::tensor::module::linear(x, weight.cast(dtype), bias);
@@ -76,11 +76,6 @@ pub fn linear_forward(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
 /// such a weight at every call, losing what the packing saves.
 pub fn reads_q8_blocks(device: &burn::tensor::Device) -> bool {
     crate::kernels::flex_or_ndarray(device.as_dispatch())
-}
-
-/// `weight`'s values as a float tensor: itself, or a quantized weight's values (in f32).
-pub(crate) fn float_weight<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
-    decode_linear::float_weight(weight)
 }
 
 /// `x table^T` in `x`'s float type: logits from an embedding table `[vocab, d_model]` (a tied LM

@@ -109,8 +109,9 @@ impl Transformer {
                 ),
             ));
         }
-        if weights == WeightType::Q8 {
-            if !attention::reads_q8_blocks(&device) {
+        match weights {
+            // The token table stays f32: a lookup in a packed table would unpack all of it.
+            WeightType::Q8 if !attention::reads_q8_blocks(&device) => {
                 return Err(ModelError::input(
                     "weights",
                     weights.to_string(),
@@ -120,23 +121,22 @@ impl Transformer {
                     ),
                 ));
             }
-            return Ok(self.map(&mut LinearWeights {
-                to: weights,
-                path: Vec::new(),
-            }));
+            WeightType::Q8 => {}
+            float if !device.supports_dtype(float.dtype()) => {
+                return Err(ModelError::input(
+                    "weights",
+                    weights.to_string(),
+                    format!(
+                        "must be a type the device holds: {device:?} has no {:?} tensors",
+                        float.dtype()
+                    ),
+                ));
+            }
+            float => {
+                let dtype = float.dtype();
+                self.embedding.weight = self.embedding.weight.map(|table| table.cast(dtype));
+            }
         }
-        if !device.supports_dtype(weights.dtype()) {
-            return Err(ModelError::input(
-                "weights",
-                weights.to_string(),
-                format!(
-                    "must be a type the device holds: {device:?} has no {:?} tensors",
-                    weights.dtype()
-                ),
-            ));
-        }
-        let dtype = weights.dtype();
-        self.embedding.weight = self.embedding.weight.map(|table| table.cast(dtype));
         Ok(self.map(&mut LinearWeights {
             to: weights,
             path: Vec::new(),

@@ -105,33 +105,34 @@ pub(crate) fn is_q8_blocks(scheme: &QuantScheme) -> bool {
         && scheme.tensor_scale().is_none()
 }
 
+/// Whether `weight` is packed in [`q8_blocks`], its outputs whole blocks, on a device with the
+/// packed pass (flex, ndarray).
+fn packed_for_the_pass(weight: &Tensor<2>) -> bool {
+    matches!(weight.dtype(), DType::QFloat(scheme) if is_q8_blocks(&scheme))
+        && weight.dims()[1].is_multiple_of(Q8_BLOCK)
+        && super::flex_or_ndarray(weight.device().as_dispatch())
+}
+
 /// Whether [`DecodeLinearBackend::decode_linear_q8`] runs for `x` (`[.., in]`) and `weight`: as
 /// [`available`], for a weight quantized in [`q8_blocks`] whose outputs are whole blocks.
 pub(crate) fn available_q8<const D: usize>(x: &Tensor<D>, weight: &Tensor<2>) -> bool {
     let rows: usize = x.dims()[..D - 1].iter().product();
     rows <= MAX_ROWS
         && x.dtype() == DType::F32
-        && matches!(weight.dtype(), DType::QFloat(scheme) if is_q8_blocks(&scheme))
-        && weight.dims()[1].is_multiple_of(Q8_BLOCK)
         && super::flex_or_ndarray(x.device().as_dispatch())
+        && packed_for_the_pass(weight)
 }
 
 /// The f32 values of `weight`: through [`DecodeLinearBackend::q8_values`] where it is packed
 /// in [`q8_blocks`] on flex or ndarray, through Burn's dequantization for any other quantized
 /// weight; a float weight as it is.
-pub(crate) fn float_weight<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
-    let DType::QFloat(scheme) = weight.dtype() else {
-        return weight;
-    };
-    let ours = D == 2
-        && is_q8_blocks(&scheme)
-        && weight.dims()[D - 1].is_multiple_of(Q8_BLOCK)
-        && super::flex_or_ndarray(weight.device().as_dispatch());
-    match ours {
-        true => Tensor::from_dispatch(<burn::backend::Dispatch as DecodeLinearBackend>::q8_values(
-            weight.into_dispatch(),
-        )),
-        false => weight.dequantize(),
+pub(crate) fn float_weight(weight: Tensor<2>) -> Tensor<2> {
+    match weight.dtype() {
+        DType::QFloat(_) if packed_for_the_pass(&weight) => Tensor::from_dispatch(
+            <burn::backend::Dispatch as DecodeLinearBackend>::q8_values(weight.into_dispatch()),
+        ),
+        DType::QFloat(_) => weight.dequantize(),
+        _ => weight,
     }
 }
 

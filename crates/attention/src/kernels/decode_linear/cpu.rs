@@ -235,6 +235,11 @@ fn gather(
 
 /// One task of a product, writing its chunk of partial results.
 pub(super) trait Task: Sync {
+    /// Whether the task is compiled for AVX-512 with FMA where the CPU has them (AVX2 with FMA
+    /// otherwise): for tasks whose arithmetic, not their reads, bounds them (the packed 8-bit
+    /// weights, widened a byte at a time). The float tasks keep AVX2's 8 lanes.
+    const WIDE: bool = false;
+
     fn run(&self, index: usize, out: &mut [f32]);
 }
 
@@ -254,17 +259,39 @@ fn run(partials: &mut [f32], chunk: usize, task: &impl Task) {
 }
 
 /// One task, compiled for AVX2 where the CPU has it (8 floats per instruction rather than
-/// SSE's 4): the task's loops are inlined into the function with the feature.
-fn run_one(task: &impl Task, index: usize, out: &mut [f32]) {
+/// SSE's 4), or for AVX-512 with FMA where the task is [`Task::WIDE`]: the task's loops are
+/// inlined into the function with the features.
+fn run_one<T: Task>(task: &T, index: usize, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        fn avx2(task: &impl Task, index: usize, out: &mut [f32]) {
-            task.run(index, out)
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if T::WIDE && has!("avx512f") && has!("fma") {
+            #[target_feature(enable = "avx512f,fma")]
+            fn avx512(task: &impl Task, index: usize, out: &mut [f32]) {
+                task.run(index, out)
+            }
+            // SAFETY: the CPU has AVX-512F and FMA, checked just above.
+            #[allow(unsafe_code)]
+            return unsafe { avx512(task, index, out) };
         }
-        // SAFETY: the CPU has AVX2, checked just above.
-        #[allow(unsafe_code)]
-        return unsafe { avx2(task, index, out) };
+        if T::WIDE && has!("avx2") && has!("fma") {
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2_fma(task: &impl Task, index: usize, out: &mut [f32]) {
+                task.run(index, out)
+            }
+            // SAFETY: the CPU has AVX2 and FMA, checked just above.
+            #[allow(unsafe_code)]
+            return unsafe { avx2_fma(task, index, out) };
+        }
+        if has!("avx2") {
+            #[target_feature(enable = "avx2")]
+            fn avx2(task: &impl Task, index: usize, out: &mut [f32]) {
+                task.run(index, out)
+            }
+            // SAFETY: the CPU has AVX2, checked just above.
+            #[allow(unsafe_code)]
+            return unsafe { avx2(task, index, out) };
+        }
     }
     task.run(index, out)
 }

@@ -47,39 +47,13 @@ struct Q8Bands<'a> {
 }
 
 impl Task for Q8Bands<'_> {
-    /// The task compiled for the widest vectors the CPU has: widening the bytes costs more
-    /// instructions than reading them costs time, so at AVX2's 8 lanes the product was bound by
-    /// the arithmetic (15 ms of SmolLM2's step against the 6 its bytes take to read).
-    fn run(&self, index: usize, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("fma") {
-                #[target_feature(enable = "avx512f,fma")]
-                fn avx512(task: &Q8Bands<'_>, index: usize, out: &mut [f32]) {
-                    task.run_inline(index, out)
-                }
-                // SAFETY: the CPU has AVX-512F and FMA, checked just above.
-                #[allow(unsafe_code)]
-                return unsafe { avx512(self, index, out) };
-            }
-            if has!("avx2") && has!("fma") {
-                #[target_feature(enable = "avx2,fma")]
-                fn avx2(task: &Q8Bands<'_>, index: usize, out: &mut [f32]) {
-                    task.run_inline(index, out)
-                }
-                // SAFETY: the CPU has AVX2 and FMA, checked just above.
-                #[allow(unsafe_code)]
-                return unsafe { avx2(self, index, out) };
-            }
-        }
-        self.run_inline(index, out)
-    }
-}
+    /// Widening the bytes costs more instructions than reading them costs time: at AVX2's 8
+    /// lanes without FMA the product was bound by its arithmetic (15 ms of SmolLM2's step, from
+    /// `perf`'s shares, against the 6 its bytes take to read).
+    const WIDE: bool = true;
 
-impl Q8Bands<'_> {
     #[inline(always)]
-    fn run_inline(&self, index: usize, out: &mut [f32]) {
+    fn run(&self, index: usize, out: &mut [f32]) {
         let Self {
             x,
             q,
