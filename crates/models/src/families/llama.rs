@@ -117,9 +117,7 @@ impl Llama {
         }
         let layer_types: Vec<String> = match &config.layer_types {
             Some(types) => types.clone(),
-            None => (0..layers)
-                .map(|layer| default_type(layer, layers).to_owned())
-                .collect(),
+            None => per_layer(layers, |layer| Ok(default_type(layer, layers).to_owned()))?,
         };
         let rope = rope_configs_of_types(file, Some(&layer_types))?;
         let d_model = config.hidden_size;

@@ -292,6 +292,21 @@ mod tests {
             .collect()
     }
 
+    /// A layer count no machine holds (2^63; found by `edge_inputs`' edited configs) is an
+    /// error naming `num_hidden_layers`, also where the layers' types are filled in by default.
+    #[test]
+    fn a_layer_count_past_memory_names_the_field() {
+        let config = QWEN2
+            .replace(
+                r#""num_hidden_layers": 1"#,
+                r#""num_hidden_layers": 9223372036854775808"#,
+            )
+            .replace(r#""layer_types": ["full_attention"], "#, "");
+        let config = HuggingFaceConfig::from_json(&config).unwrap();
+        let err = architecture(&config).unwrap_err().to_string();
+        assert!(err.contains("`num_hidden_layers`"), "{err}");
+    }
+
     const QWEN2: &str = r#"{"model_type": "qwen2", "hidden_size": 16, "num_attention_heads": 4,
         "vocab_size": 4, "intermediate_size": 32,
         "num_key_value_heads": 2, "num_hidden_layers": 1, "max_position_embeddings": 64,
