@@ -3,8 +3,8 @@
 (the test suite holds that path to this rounding within 1e-4), against the float32 weights. And
 what `--weights q8` does: every `nn.Linear` weight whose outputs are a whole number of 32-wide
 blocks replaced by its 8-bit values (Q8_0's scheme: per block of 32 outputs for one input, a
-scale of the largest magnitude over 127 and values rounded to -127..127), the embedding left in
-float32.
+scale of the largest magnitude over 127 and values rounded to -127..127), the embedding rounded to
+f16 as on flex (`q8`) or left in float32 as on ndarray (`q8, f32 table`).
 
     python3 narrow_weights.py MODEL_DIR TEXT_FILE [--tokens 256]
 
@@ -31,13 +31,15 @@ def q8_values(weight):
 def logits(model_dir, ids, dtype):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
-        if dtype == "q8":
+        if dtype in ("q8", "q8, f32 table"):
             table = model.get_input_embeddings().weight
             for module in model.modules():
                 packed = isinstance(module, torch.nn.Linear) and module.weight.shape[0] % 32 == 0
-                # A tied head is the embedding table, which stays float32.
+                # A tied head is the embedding table, which is not packed.
                 if packed and module.weight is not table:
                     module.weight.copy_(q8_values(module.weight))
+            if dtype == "q8":
+                table.copy_(table.to(torch.float16).to(torch.float32))
         elif dtype is not None:
             for module in model.modules():
                 if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
@@ -61,7 +63,8 @@ def main():
     ids = tokenizer(text, return_tensors="pt").input_ids[:, : args.tokens]
     reference = logits(args.model_dir, ids, None)
     print(f"f32: perplexity {perplexity(reference, ids):.4f} over {ids.shape[1]} tokens")
-    for name, dtype in [("f16", torch.float16), ("bf16", torch.bfloat16), ("q8", "q8")]:
+    types = [("f16", torch.float16), ("bf16", torch.bfloat16), ("q8", "q8")]
+    for name, dtype in types + [("q8, f32 table", "q8, f32 table")]:
         narrow = logits(args.model_dir, ids, dtype)
         difference = (narrow - reference).abs()
         same = (narrow.argmax(-1) == reference.argmax(-1)).double().mean().item()

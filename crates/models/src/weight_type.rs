@@ -21,8 +21,9 @@
 //! `q8` keeps the weight of every [`Linear`] whose outputs are a whole number of 32-wide blocks
 //! packed in [`attention::q8_blocks`] (Q8_0's scheme, llama.cpp's 8-bit format: a byte a weight
 //! and a scale per 32 outputs), quantized from the loaded values. The token table (and so a tied
-//! head) stays f32: a lookup in a packed table would unpack all of it. Only flex and ndarray take
-//! it, whose decode-shaped pass reads the bytes as they are; a prefill's products dequantize
+//! head) is not packed, since a lookup in a packed table would unpack all of it: it is stored in
+//! f16 where the device holds f16 (flex), f32 otherwise (ndarray). Only flex and ndarray take
+//! q8, whose decode-shaped pass reads the bytes as they are; a prefill's products dequantize
 //! each weight as they use it.
 //!
 //! [`Linear`]: burn::nn::Linear
@@ -30,7 +31,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{DType, Tensor};
 
 use crate::error::ModelError;
@@ -47,7 +48,8 @@ pub enum WeightType {
     /// bfloat16: 2 bytes, f32's range with 8 significant bits.
     BF16,
     /// 8-bit blocks ([`attention::q8_blocks`]): 1.125 bytes, for the weights of `Linear`
-    /// layers (the [module docs](self) say which); flex and ndarray only.
+    /// layers (the [module docs](self) say which), the token table in f16 where the device
+    /// holds it; flex and ndarray only.
     Q8,
 }
 
@@ -97,8 +99,8 @@ impl Transformer {
     /// model does not compute in f32. From q8 back to a float type, the weights are the packed
     /// values.
     pub fn try_with_weights(mut self, weights: WeightType) -> Result<Self, ModelError> {
-        let table = self.embedding.weight.val();
-        let (device, current) = (table.device(), table.dtype());
+        let device = self.embedding.weight.val().device();
+        let current = computed_dtype(&self);
         if current != DType::F32 && weights != WeightType::F32 {
             return Err(ModelError::input(
                 "weights",
@@ -110,7 +112,7 @@ impl Transformer {
             ));
         }
         match weights {
-            // The token table stays f32: a lookup in a packed table would unpack all of it.
+            // The token table is not packed: a lookup in a packed table would unpack all of it.
             WeightType::Q8 if !attention::reads_q8_blocks(&device) => {
                 return Err(ModelError::input(
                     "weights",
@@ -120,6 +122,11 @@ impl Transformer {
                          (without autodiff); {device:?} would unpack them at every product"
                     ),
                 ));
+            }
+            // A tied head reads the whole table at every token: half of a SmolLM2 step's bytes
+            // with the table in f32, a third in f16.
+            WeightType::Q8 if device.supports_dtype(DType::F16) => {
+                self.embedding.weight = self.embedding.weight.map(|table| table.cast(DType::F16));
             }
             WeightType::Q8 => {}
             float if !device.supports_dtype(float.dtype()) => {
@@ -149,6 +156,50 @@ impl Transformer {
     }
 }
 
+/// The float type `model` computes in: that of its first parameter that [`try_with_weights`]
+/// leaves as it is (a norm's or a bias's; neither a `Linear` weight nor the token table), f32
+/// when it has none.
+///
+/// [`try_with_weights`]: Transformer::try_with_weights
+fn computed_dtype(model: &Transformer) -> DType {
+    let mut visitor = ComputedDtype::default();
+    model.visit(&mut visitor);
+    visitor.found.unwrap_or(DType::F32)
+}
+
+#[derive(Default)]
+struct ComputedDtype {
+    path: Vec<(String, String)>,
+    found: Option<DType>,
+}
+
+impl ModuleVisitor for ComputedDtype {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push((name.to_owned(), container_type.to_owned()));
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let token_table = matches!(
+            self.path.as_slice(),
+            [(field, _), (weight, _)] if field == "embedding" && weight == "weight"
+        );
+        if self.found.is_none() && !token_table && !is_linear_weight(&self.path) {
+            self.found = Some(param.val().dtype());
+        }
+    }
+}
+
+/// Whether the module path `path` (field names with the type of the struct holding each) ends at
+/// the weight of a `Linear`.
+fn is_linear_weight(path: &[(String, String)]) -> bool {
+    path.last()
+        .is_some_and(|(name, container)| name == "weight" && container == "Struct:Linear")
+}
+
 /// Stores the weight of every `Linear` as `to` (a float type's cast of its values, or packed in
 /// 8-bit blocks where its outputs are whole blocks), leaving its bias and every other parameter.
 struct LinearWeights {
@@ -167,18 +218,17 @@ impl ModuleMapper for LinearWeights {
     }
 
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let linear_weight = self
-            .path
-            .last()
-            .is_some_and(|(name, container)| name == "weight" && container == "Struct:Linear");
-        if !linear_weight {
+        if !is_linear_weight(&self.path) {
             return param;
         }
         match self.to {
             WeightType::Q8 => match param.dims()[D - 1] % attention::Q8_BLOCK {
+                // From f32 values whatever the weight holds now: Burn quantizes an f16 tensor
+                // with its scales in f16.
                 0 => param.map(|weight| {
                     weight
                         .dequantize()
+                        .cast(DType::F32)
                         .quantize_dynamic(&attention::q8_blocks())
                 }),
                 _ => param,
@@ -281,8 +331,8 @@ mod tests {
     /// packed values stored in f32 (`with_weights(F32)`): the same logits to f32's accuracy, for
     /// a tied head and a packed head of its own, at decoding shapes (the packed pass on flex and
     /// ndarray) and at a prefill's (dequantized products). Weights whose outputs are not whole
-    /// blocks (the 16-wide keys and values), biases, norms and the token table stay f32. Other
-    /// backends refuse q8 by name.
+    /// blocks (the 16-wide keys and values), biases and norms stay f32, the token table too
+    /// where the device has no f16 (ndarray; f16 on flex). Other backends refuse q8 by name.
     fn packed_q8_matrices_compute_as_their_values(device: &Device) {
         let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(16));
         let attention = attention::MultiHeadAttentionConfig::new(32, 2)
@@ -321,7 +371,11 @@ mod tests {
                 attention.query.bias.as_ref().unwrap().val().dtype(),
                 DType::F32
             );
-            assert_eq!(packed.embedding.weight.val().dtype(), DType::F32);
+            let table = match device.supports_dtype(DType::F16) {
+                true => DType::F16,
+                false => DType::F32,
+            };
+            assert_eq!(packed.embedding.weight.val().dtype(), table);
             if let Some(head) = &packed.lm_head {
                 assert_eq!(head.weight.val().dtype(), q8);
             }
@@ -333,6 +387,75 @@ mod tests {
         }
     }
     for_each_backend!(packed_q8_matrices_compute_as_their_values);
+
+    /// What a model computes in is read from the parameters that narrowing leaves (norms,
+    /// biases), not from the token table, which q8 stores in f16 on flex: a narrowed model can
+    /// be narrowed again to any type, and a model whose every parameter is f16 (computing in
+    /// f16) is refused by name.
+    fn narrowing_reads_the_computing_type_from_the_norms(device: &Device) {
+        let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(16));
+        let attention = attention::MultiHeadAttentionConfig::new(32, 2).with_positional(rope);
+        let norm = NormConfig::new(32, NormKind::Rms, 1e-6);
+        let block = BlockConfig::new(
+            attention.into(),
+            BlockLayout::PreNorm,
+            norm,
+            FeedForwardConfig::Dense(MlpConfig::new(32, 64, Activation::Silu)),
+        );
+        let model = TransformerConfig::new(64, 32, vec![block]).init(device);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4]], device);
+        for (first, second) in [
+            (WeightType::Q8, WeightType::F16),
+            (WeightType::F16, WeightType::Q8),
+            (WeightType::BF16, WeightType::F16),
+        ] {
+            // A device without the type refuses it (f16 and bf16 on ndarray, q8 on LibTorch and
+            // WGPU); a narrowed model computes in f32 still.
+            let refused = |err: ModelError| {
+                let err = err.to_string();
+                assert!(
+                    err.contains("`weights` = ") && !err.contains("computes in"),
+                    "{err}"
+                );
+            };
+            let narrow = match model.clone().try_with_weights(first) {
+                Ok(narrow) => narrow,
+                Err(err) => {
+                    refused(err);
+                    continue;
+                }
+            };
+            let again = match narrow.clone().try_with_weights(second) {
+                Ok(again) => again,
+                Err(err) => {
+                    refused(err);
+                    continue;
+                }
+            };
+            let direct = narrow.with_weights(WeightType::F32).with_weights(second);
+            assert_same_logits(&again, &direct, &ids);
+        }
+        if !device.supports_dtype(DType::F16) {
+            return;
+        }
+        let half = model.map(&mut CastAll(DType::F16));
+        let err = half
+            .try_with_weights(WeightType::BF16)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`weights` = \"bf16\""), "{err}");
+        assert!(err.contains("computes in F16"), "{err}");
+    }
+    for_each_backend!(narrowing_reads_the_computing_type_from_the_norms);
+
+    /// Casts every float parameter.
+    struct CastAll(DType);
+
+    impl ModuleMapper for CastAll {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|tensor| tensor.cast(self.0))
+        }
+    }
 
     #[test]
     fn weight_types_parse_from_their_names() {
