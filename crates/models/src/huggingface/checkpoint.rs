@@ -1,4 +1,4 @@
-//! The tensors of a Hugging Face checkpoint, read through burn-store: one `model.safetensors`, or
+//! The tensors of a Hugging Face checkpoint: one `model.safetensors`, or
 //! the shards that `model.safetensors.index.json` names; or a GGUF file's tensors under the
 //! Hugging Face names they were converted from ([`crate::gguf`]), dequantized. Every tensor is
 //! converted on load to the float type asked for, whatever the file stores (bf16, f16, f32, f64,
@@ -8,10 +8,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use burn::store::{ModuleStore, SafetensorsStore, bridge};
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
 
+use super::safetensors::SafetensorsFile;
 use crate::error::ModelError;
 use crate::gguf::{
     CONFIG_TENSORS, GgufFile, Transform, check_transform, half, halves_of_one, join_halves,
@@ -21,7 +21,7 @@ use crate::gguf::{
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
     path: PathBuf,
-    shards: Vec<SafetensorsStore>,
+    shards: Vec<SafetensorsFile>,
     /// The GGUF file whose tensors `Location::Gguf` points at.
     gguf: Option<GgufFile>,
     /// Tensor name -> (where it is, shape).
@@ -84,15 +84,8 @@ impl Checkpoint {
         let mut shards = Vec::new();
         let mut index: BTreeMap<String, (Location, Vec<usize>)> = BTreeMap::new();
         for (shard, file) in files.iter().enumerate() {
-            let mut store = SafetensorsStore::from_file(file);
-            let tensors = store.get_all_tensors().map_err(|e| {
-                ModelError::input(
-                    "path",
-                    file,
-                    format!("is not a readable safetensors file: {e}"),
-                )
-            })?;
-            for (name, tensor) in tensors {
+            let store = SafetensorsFile::open(file)?;
+            for (name, tensor) in store.tensors() {
                 // Two shards holding one name would leave the loaded weights to the order the
                 // shards were read in.
                 if let Some((Location::Shard(first), _)) = index.get(name.as_str()) {
@@ -327,21 +320,7 @@ impl Checkpoint {
 
     /// The data of `name` in safetensors shard `shard`, as stored.
     fn shard_data(&mut self, shard: usize, name: &str) -> Result<TensorData, ModelError> {
-        let store = &mut self.shards[shard];
-        let read_error =
-            |e: String| ModelError::input("checkpoint", name, format!("could not be read: {e}"));
-        let tensor = store
-            .get_tensor(name)
-            .map_err(|e| read_error(e.to_string()))?
-            .ok_or_else(|| read_error("missing from its shard".into()))?;
-        if !tensor.dtype.is_float() {
-            return Err(ModelError::input(
-                "checkpoint",
-                name,
-                format!("is stored as {:?}; a float dtype is expected", tensor.dtype),
-            ));
-        }
-        bridge::to_data(tensor).map_err(|e| read_error(e.to_string()))
+        self.shards[shard].data(name)
     }
 
     /// The tensors whose names start with one of `prefixes` that no call has read yet, except

@@ -22,6 +22,7 @@ mod import;
 mod load;
 mod names;
 mod rope;
+mod safetensors;
 
 pub use checkpoint::Checkpoint;
 pub use config::HuggingFaceConfig;
