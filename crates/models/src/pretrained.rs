@@ -12,11 +12,14 @@ use crate::error::ModelError;
 use crate::gguf;
 use crate::huggingface::{Checkpoint, HuggingFaceConfig, from_checkpoint};
 use crate::transformer::Transformer;
+use crate::weight_type::WeightType;
 
 /// A loaded model with its tokenizer, chat template and stop tokens.
 #[derive(Debug)]
 pub struct Pretrained {
-    /// The weights, in f32.
+    /// The model, computing in f32, its matrices as loaded ([`load_with_weights`]).
+    ///
+    /// [`load_with_weights`]: Self::load_with_weights
     pub model: Transformer,
     /// The Hugging Face `model_type` (a GGUF file's is that of the family it was converted from).
     pub model_type: String,
@@ -34,17 +37,30 @@ pub struct Pretrained {
 impl Pretrained {
     /// Loads `path`: a GGUF file (a path ending in `.gguf`) or a Hugging Face model directory.
     pub fn load(path: impl AsRef<Path>, device: &Device) -> Result<Self, ModelError> {
+        Self::load_with_weights(path, device, WeightType::F32)
+    }
+
+    /// Loads `path` as [`load`](Self::load) does, with the model's matrices stored as `weights`
+    /// layer by layer as they are read: the model [`Transformer::try_with_weights`] gives, without
+    /// the whole model in f32 first, so that the load's peak memory is the narrower model's.
+    /// Errors name `weights` where the device cannot take it, before the file is read.
+    pub fn load_with_weights(
+        path: impl AsRef<Path>,
+        device: &Device,
+        weights: WeightType,
+    ) -> Result<Self, ModelError> {
+        weights.check(burn::tensor::DType::F32, device)?;
         let path = path.as_ref();
         match path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
         {
-            true => Self::from_gguf(path, device),
-            false => Self::from_dir(path, device),
+            true => Self::from_gguf(path, device, weights),
+            false => Self::from_dir(path, device, weights),
         }
     }
 
-    fn from_gguf(path: &Path, device: &Device) -> Result<Self, ModelError> {
+    fn from_gguf(path: &Path, device: &Device, weights: WeightType) -> Result<Self, ModelError> {
         let file = gguf::GgufFile::open(path)?;
         let metadata = &file.metadata;
         let tokenizer = match metadata.contains_key("tokenizer.ggml.model") {
@@ -85,7 +101,8 @@ impl Pretrained {
             }
         }
         // The metadata is read; the file's tensors become the checkpoint.
-        let (config, mut checkpoint) = gguf::checkpoint_of(file)?;
+        let (config, checkpoint) = gguf::checkpoint_of(file)?;
+        let mut checkpoint = checkpoint.with_weight_type(weights);
         let model = from_checkpoint(&config, &mut checkpoint, device)?;
         Ok(Self {
             model,
@@ -97,7 +114,7 @@ impl Pretrained {
         })
     }
 
-    fn from_dir(dir: &Path, device: &Device) -> Result<Self, ModelError> {
+    fn from_dir(dir: &Path, device: &Device, weights: WeightType) -> Result<Self, ModelError> {
         if !dir.join("config.json").is_file() {
             return Err(ModelError::input(
                 "model",
@@ -107,7 +124,7 @@ impl Pretrained {
             ));
         }
         let config = HuggingFaceConfig::from_dir(dir)?;
-        let mut checkpoint = Checkpoint::open(dir)?;
+        let mut checkpoint = Checkpoint::open(dir)?.with_weight_type(weights);
         let model = from_checkpoint(&config, &mut checkpoint, device)?;
         let tokenizer_path = dir.join("tokenizer.json");
         let tokenizer = match tokenizer_path.is_file() {

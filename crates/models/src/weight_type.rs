@@ -26,13 +26,18 @@
 //! q8, whose decode-shaped pass reads the bytes as they are; a prefill's products dequantize
 //! each weight as they use it.
 //!
+//! A model is narrowed in memory ([`Transformer::try_with_weights`]) or as it loads
+//! ([`crate::Pretrained::load_with_weights`], [`crate::huggingface::Checkpoint::with_weight_type`]):
+//! each layer is stored narrower as soon as it is read, so the f32 model is never whole and the
+//! load's peak memory is the narrower model's.
+//!
 //! [`Linear`]: burn::nn::Linear
 
 use std::fmt;
 use std::str::FromStr;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 use crate::error::ModelError;
 use crate::transformer::Transformer;
@@ -68,6 +73,55 @@ impl WeightType {
     }
 }
 
+impl WeightType {
+    /// Errors naming `weights` where a model computing in `computed` on `device` cannot store its
+    /// matrices in this type: narrower types are for a model computing in f32, f16 and bf16 for a
+    /// device that holds them, q8 for flex and ndarray, whose decoding pass reads the blocks.
+    pub(crate) fn check(self, computed: DType, device: &Device) -> Result<(), ModelError> {
+        let refuse = |why: String| Err(ModelError::input("weights", self.to_string(), why));
+        match self {
+            Self::F32 => Ok(()),
+            _ if computed != DType::F32 => refuse(format!(
+                "narrower weights are stored for a model computing in F32; this one computes in \
+                 {computed:?}"
+            )),
+            Self::Q8 if !attention::reads_q8_blocks(device) => refuse(format!(
+                "8-bit blocks are read packed by the decoding pass of flex and ndarray (without \
+                 autodiff); {device:?} would unpack them at every product"
+            )),
+            Self::Q8 => Ok(()),
+            float if !device.supports_dtype(float.dtype()) => refuse(format!(
+                "must be a type the device holds: {device:?} has no {:?} tensors",
+                float.dtype()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The token table `table` stored as this type asks: cast to f16 or bf16 (f32 from any), and
+    /// for q8 in f16 where the device holds it, else as it is. The table is never packed: a
+    /// lookup in a packed table would unpack all of it.
+    pub(crate) fn store_table(self, table: Tensor<2>) -> Tensor<2> {
+        match self {
+            // A tied head reads the whole table at every token: half of a SmolLM2 step's bytes
+            // with the table in f32, a third in f16.
+            Self::Q8 if table.device().supports_dtype(DType::F16) => table.cast(DType::F16),
+            Self::Q8 => table,
+            float => table.cast(float.dtype()),
+        }
+    }
+
+    /// `module` with the weight of every `Linear` in it stored as this type (a float type's cast
+    /// of its values, or packed in 8-bit blocks where its outputs are whole blocks), its biases
+    /// and every other parameter as they are.
+    pub(crate) fn store_linear_weights<M: Module>(self, module: M) -> M {
+        module.map(&mut LinearWeights {
+            to: self,
+            path: Vec::new(),
+        })
+    }
+}
+
 impl fmt::Display for WeightType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -100,54 +154,12 @@ impl Transformer {
     /// values.
     pub fn try_with_weights(mut self, weights: WeightType) -> Result<Self, ModelError> {
         let device = self.embedding.weight.val().device();
-        let current = computed_dtype(&self);
-        if current != DType::F32 && weights != WeightType::F32 {
-            return Err(ModelError::input(
-                "weights",
-                weights.to_string(),
-                format!(
-                    "narrower weights are stored for a model computing in F32; this one \
-                     computes in {current:?}"
-                ),
-            ));
-        }
-        match weights {
-            // The token table is not packed: a lookup in a packed table would unpack all of it.
-            WeightType::Q8 if !attention::reads_q8_blocks(&device) => {
-                return Err(ModelError::input(
-                    "weights",
-                    weights.to_string(),
-                    format!(
-                        "8-bit blocks are read packed by the decoding pass of flex and ndarray \
-                         (without autodiff); {device:?} would unpack them at every product"
-                    ),
-                ));
-            }
-            // A tied head reads the whole table at every token: half of a SmolLM2 step's bytes
-            // with the table in f32, a third in f16.
-            WeightType::Q8 if device.supports_dtype(DType::F16) => {
-                self.embedding.weight = self.embedding.weight.map(|table| table.cast(DType::F16));
-            }
-            WeightType::Q8 => {}
-            float if !device.supports_dtype(float.dtype()) => {
-                return Err(ModelError::input(
-                    "weights",
-                    weights.to_string(),
-                    format!(
-                        "must be a type the device holds: {device:?} has no {:?} tensors",
-                        float.dtype()
-                    ),
-                ));
-            }
-            float => {
-                let dtype = float.dtype();
-                self.embedding.weight = self.embedding.weight.map(|table| table.cast(dtype));
-            }
-        }
-        Ok(self.map(&mut LinearWeights {
-            to: weights,
-            path: Vec::new(),
-        }))
+        weights.check(computed_dtype(&self), &device)?;
+        self.embedding.weight = self
+            .embedding
+            .weight
+            .map(|table| weights.store_table(table));
+        Ok(weights.store_linear_weights(self))
     }
 
     /// Panicking form of [`try_with_weights`](Self::try_with_weights).

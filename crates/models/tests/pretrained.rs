@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use burn::config::Config;
-use burn::module::Module;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use models::{GenerationConfig, ModelInputs, from_pretrained};
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
+use models::{GenerationConfig, ModelInputs, Pretrained, Transformer, WeightType, from_pretrained};
 use positional::testing::{assert_close, floats, for_each_backend};
 use serde_json::Value;
 
@@ -219,6 +219,54 @@ fn cached_decoding_matches_the_whole_sequence(device: &Device) {
     }
 }
 for_each_backend!(cached_decoding_matches_the_whole_sequence);
+
+/// Every float parameter's dtype, in the module's order.
+fn dtypes(model: &Transformer) -> Vec<DType> {
+    struct Dtypes(Vec<DType>);
+    impl ModuleVisitor for Dtypes {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.val().dtype());
+        }
+    }
+    let mut visitor = Dtypes(Vec::new());
+    model.visit(&mut visitor);
+    visitor.0
+}
+
+/// Loading with a weight type stores each layer's matrices as they are read, and gives the model
+/// `try_with_weights` gives after a plain load: the same dtype for every parameter and the same
+/// logits, for each type and for separate projections with a tied head (llama3), fused ones
+/// (phi3), GPT-2's Conv1D, experts (gpt_oss, whose routers are `Linear`s), DeepSeek's latent
+/// attention and BERT's pooler. A type the device refuses is the same error either way.
+fn loading_with_a_weight_type_is_narrowing_after_loading(device: &Device) {
+    let ids = Tensor::<2, Int>::from_data([[3, 14, 15, 9, 2, 6]], device);
+    for family in ["llama3", "phi3", "gpt2", "gpt_oss", "deepseek_v3", "bert"] {
+        let dir = checkpoint(family);
+        for weights in WeightType::ALL {
+            let loaded = Pretrained::load(&dir, device).unwrap().model;
+            let after = loaded.try_with_weights(weights);
+            let during = Pretrained::load_with_weights(&dir, device, weights);
+            match (after, during) {
+                (Err(after), Err(during)) => {
+                    assert_eq!(after.to_string(), during.to_string(), "{family} {weights}");
+                }
+                (Ok(after), Ok(during)) => {
+                    let during = during.model;
+                    assert_eq!(dtypes(&during), dtypes(&after), "{family} {weights}");
+                    let want = floats(&after.forward(ids.clone(), ModelInputs::new()).into_data());
+                    let got = during.forward(ids.clone(), ModelInputs::new()).into_data();
+                    assert_close(&got, &want, 1e-6);
+                }
+                (after, during) => panic!(
+                    "{family} {weights}: after loading {:?}, while loading {:?}",
+                    after.err(),
+                    during.err()
+                ),
+            }
+        }
+    }
+}
+for_each_backend!(loading_with_a_weight_type_is_narrowing_after_loading);
 
 /// A left-padded batch generates for each row what that row generates alone.
 fn batched_generation_matches_each_prompt_alone(device: &Device) {

@@ -86,9 +86,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let device = device(&args.device)?;
     let loading = Instant::now();
-    let mut pretrained = Pretrained::load(&args.model, &device)
+    let pretrained = Pretrained::load_with_weights(&args.model, &device, args.weights)
         .with_context(|| format!("loading {}", args.model.display()))?;
-    pretrained.model = pretrained.model.try_with_weights(args.weights)?;
     let stop = match args.stop.is_empty() {
         true => pretrained.stop_tokens.clone(),
         false => args.stop.clone(),

@@ -17,6 +17,7 @@ use crate::gguf::{
     CONFIG_TENSORS, GgufFile, Transform, check_transform, half, halves_of_one, join_halves,
     joined_shape, transformed_shape, undo,
 };
+use crate::weight_type::WeightType;
 
 /// An open checkpoint: the names, dtypes and shapes of its tensors, their data read on demand.
 pub struct Checkpoint {
@@ -28,6 +29,8 @@ pub struct Checkpoint {
     index: BTreeMap<String, (Location, Vec<usize>)>,
     read: BTreeSet<String>,
     float_dtype: FloatDType,
+    /// How a model loaded from it stores its matrices.
+    weights: WeightType,
 }
 
 /// Where a tensor's data is.
@@ -134,6 +137,7 @@ impl Checkpoint {
             index,
             read: BTreeSet::new(),
             float_dtype: FloatDType::F32,
+            weights: WeightType::F32,
         })
     }
 
@@ -227,6 +231,7 @@ impl Checkpoint {
             index,
             read: BTreeSet::new(),
             float_dtype: FloatDType::F32,
+            weights: WeightType::F32,
         })
     }
 
@@ -234,6 +239,24 @@ impl Checkpoint {
     pub fn with_float_dtype(mut self, dtype: FloatDType) -> Self {
         self.float_dtype = dtype;
         self
+    }
+
+    /// Stores the matrices of a model loaded from it as `weights` (`Transformer::try_with_weights`
+    /// after loading gives the same model), layer by layer as they are read, so that the model is
+    /// never whole in f32: a load's peak memory is the narrower model's and one layer's.
+    pub fn with_weight_type(mut self, weights: WeightType) -> Self {
+        self.weights = weights;
+        self
+    }
+
+    /// How a model loaded from it stores its matrices ([`with_weight_type`](Self::with_weight_type)).
+    pub fn weight_type(&self) -> WeightType {
+        self.weights
+    }
+
+    /// The float type tensors load as ([`with_float_dtype`](Self::with_float_dtype)).
+    pub fn float_dtype(&self) -> FloatDType {
+        self.float_dtype
     }
 
     /// Where the checkpoint was read from.

@@ -215,8 +215,13 @@ impl<'a> Loader<'a> {
             names,
         } = family;
         let names = &names;
+        // Each part is stored as the weight type asks as soon as it is read, so the f32 model
+        // is never whole in memory: the table here, each block, the head and the pooler below.
+        let weights = self.checkpoint.weight_type();
+        weights.check(self.checkpoint.float_dtype().into(), self.device)?;
         let (vocab, d) = (architecture.vocab_size, architecture.d_model);
-        let embedding = self.embedding(&self.rooted(names.embedding), [vocab, d])?;
+        let mut embedding = self.embedding(&self.rooted(names.embedding), [vocab, d])?;
+        embedding.weight = embedding.weight.map(|table| weights.store_table(table));
         let positions = match (architecture.absolute_positions, names.positions) {
             (Some(AbsolutePositionsConfig::Learned { max_len }), Some(name)) => {
                 Some(self.learned_positions(name, max_len, d)?)
@@ -391,7 +396,7 @@ impl<'a> Loader<'a> {
                     FeedForward::Dense(mlp.try_init_with(gate, up, down)?)
                 }
             };
-            blocks.push(Block {
+            blocks.push(weights.store_linear_weights(Block {
                 attention,
                 attention_norm,
                 feed_forward_norm,
@@ -399,7 +404,7 @@ impl<'a> Loader<'a> {
                 post_feed_forward_norm,
                 feed_forward,
                 layout: block.layout,
-            });
+            }));
         }
         crate::transformer::share_rope_tables(&mut blocks);
         let final_norm = match (&architecture.final_norm, names.final_norm) {
@@ -408,7 +413,7 @@ impl<'a> Loader<'a> {
         };
         let lm_head = match (architecture.head, names.lm_head) {
             (OutputHead::Linear { bias }, Some(name)) => {
-                Some(self.linear(name, bias, [vocab, d])?)
+                Some(weights.store_linear_weights(self.linear(name, bias, [vocab, d])?))
             }
             (OutputHead::Linear { .. }, None) => {
                 return Err(ModelError::config(
@@ -426,7 +431,7 @@ impl<'a> Loader<'a> {
                     .checkpoint
                     .contains(&format!("{}.weight", self.rooted(name))) =>
             {
-                Some(self.linear(&self.rooted(name), true, [d, d])?)
+                Some(weights.store_linear_weights(self.linear(&self.rooted(name), true, [d, d])?))
             }
             _ => None,
         };
