@@ -42,10 +42,14 @@ const WEIGHT_BYTES: f64 = PARAMETERS * 4.0;
 const TABLE_PARAMETERS: f64 = 49_152.0 * 576.0;
 /// And the norms' (61 x 576), the rest being `Linear` weights.
 const NORM_PARAMETERS: f64 = 61.0 * 576.0;
-/// Bytes a decoding step reads with q8 weights: the `Linear` weights at 1.125 bytes (a byte, and
-/// a 4-byte scale per 32), the table and norms in f32.
-const Q8_WEIGHT_BYTES: f64 = (PARAMETERS - TABLE_PARAMETERS - NORM_PARAMETERS) * 1.125
-    + (TABLE_PARAMETERS + NORM_PARAMETERS) * 4.0;
+/// Bytes a decoding step reads with q8 weights and the token table in `table_bytes` a value (f16
+/// on flex, f32 on ndarray): the `Linear` weights at 1.125 bytes (a byte, and a 4-byte scale per
+/// 32), the norms in f32.
+fn q8_weight_bytes(table_bytes: f64) -> f64 {
+    (PARAMETERS - TABLE_PARAMETERS - NORM_PARAMETERS) * 1.125
+        + TABLE_PARAMETERS * table_bytes
+        + NORM_PARAMETERS * 4.0
+}
 
 /// The weight types of ours: f32; f16 and bf16 where the backend holds them (not ndarray); q8
 /// where the decoding pass reads it packed (flex and ndarray).
@@ -285,16 +289,20 @@ fn generation(setup: &Setup<'_>, backends: &[&str]) -> anyhow::Result<()> {
         }
     }
     println!("\n{}", table.join("\n"));
+    let (q8_flex, q8_ndarray) = (q8_weight_bytes(2.0), q8_weight_bytes(4.0));
     println!(
         "\nread bandwidth: {bandwidth:.1} GB/s on {THREADS} threads; {:.0} MB of f32 weights per \
          decoding step bound decoding at {:.1} tokens/s, {:.0} MB of f16 or bf16 ones at \
-         {:.1} tokens/s, and {:.0} MB of q8 ones (the token table in f32) at {:.1} tokens/s",
+         {:.1} tokens/s, and q8 ones at {:.1} tokens/s on flex ({:.0} MB, the token table in \
+         f16) and {:.1} on ndarray ({:.0} MB, the table in f32)",
         WEIGHT_BYTES / 1e6,
         bandwidth * 1e9 / WEIGHT_BYTES,
         WEIGHT_BYTES / 2e6,
         bandwidth * 2e9 / WEIGHT_BYTES,
-        Q8_WEIGHT_BYTES / 1e6,
-        bandwidth * 1e9 / Q8_WEIGHT_BYTES
+        bandwidth * 1e9 / q8_flex,
+        q8_flex / 1e6,
+        bandwidth * 1e9 / q8_ndarray,
+        q8_ndarray / 1e6,
     );
     if !failed.is_empty() {
         bail!("generation failed: {}", failed.join(", "));
