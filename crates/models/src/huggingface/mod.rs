@@ -243,35 +243,25 @@ mod tests {
 
     use super::*;
 
-    /// A safetensors file written by hand (8-byte header length, JSON header, little-endian
-    /// data), as `safetensors.torch.save_file` writes one. `bf16` stores every tensor as bfloat16
-    /// (the upper half of each f32, which is exact for the values used here).
+    /// A safetensors file of f32 values (`safetensors::tests::write`). `bf16` stores every
+    /// tensor as bfloat16 (the upper half of each f32, which is exact for the values used here).
     fn write_safetensors(
         path: &std::path::Path,
         tensors: &[(String, Vec<usize>, Vec<f32>)],
         bf16: bool,
     ) {
-        let mut header = Vec::new();
-        let mut data = Vec::new();
-        for (name, shape, values) in tensors {
-            let start = data.len();
-            for value in values {
-                match bf16 {
-                    true => data.extend(&value.to_le_bytes()[2..]),
-                    false => data.extend(value.to_le_bytes()),
-                }
-            }
-            let dtype = if bf16 { "BF16" } else { "F32" };
-            header.push(format!(
-                r#""{name}":{{"dtype":"{dtype}","shape":{shape:?},"data_offsets":[{start},{}]}}"#,
-                data.len()
-            ));
-        }
-        let header = format!("{{{}}}", header.join(","));
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend(header.as_bytes());
-        bytes.extend(data);
-        std::fs::write(path, bytes).unwrap();
+        let (dtype, bytes): (_, fn(&f32) -> Vec<u8>) = match bf16 {
+            true => ("BF16", |value| value.to_le_bytes()[2..].to_vec()),
+            false => ("F32", |value| value.to_le_bytes().to_vec()),
+        };
+        let tensors: Vec<_> = tensors
+            .iter()
+            .map(|(name, shape, values)| {
+                let data = values.iter().flat_map(bytes).collect();
+                (name.as_str(), dtype, shape.clone(), data)
+            })
+            .collect();
+        safetensors::tests::write(path, &tensors);
     }
 
     /// A directory of its own under the system's temporary one.

@@ -181,12 +181,15 @@ fn from_little_endian(mut bytes: Vec<u8>, size: usize) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// A file of `tensors` (name, dtype, shape, little-endian bytes), as `safetensors` writes one,
-    /// with `metadata` in the header.
-    fn write(path: &Path, tensors: &[(&str, &str, Vec<usize>, Vec<u8>)]) {
+    /// A file of `tensors` (name, dtype, shape, little-endian bytes) written by hand, as
+    /// `safetensors.torch.save_file` writes one, with a `__metadata__` entry in its header.
+    pub(in crate::huggingface) fn write(
+        path: &Path,
+        tensors: &[(&str, &str, Vec<usize>, Vec<u8>)],
+    ) {
         let mut header = vec![r#""__metadata__":{"format":"pt"}"#.to_owned()];
         let mut data: Vec<u8> = Vec::new();
         for (name, dtype, shape, bytes) in tensors {
