@@ -43,13 +43,12 @@ impl Pretrained {
     /// Loads `path` as [`load`](Self::load) does, with the model's matrices stored as `weights`
     /// layer by layer as they are read: the model [`Transformer::try_with_weights`] gives, without
     /// the whole model in f32 first, so that the load's peak memory is the narrower model's.
-    /// Errors name `weights` where the device cannot take it, before the file is read.
+    /// Errors name `weights` where the device cannot take it, before a tensor is read.
     pub fn load_with_weights(
         path: impl AsRef<Path>,
         device: &Device,
         weights: WeightType,
     ) -> Result<Self, ModelError> {
-        weights.check(burn::tensor::DType::F32, device)?;
         let path = path.as_ref();
         match path
             .extension()

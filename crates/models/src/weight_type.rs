@@ -71,9 +71,7 @@ impl WeightType {
             Self::Q8 => DType::QFloat(attention::q8_blocks()),
         }
     }
-}
 
-impl WeightType {
     /// Errors naming `weights` where a model computing in `computed` on `device` cannot store its
     /// matrices in this type: narrower types are for a model computing in f32, f16 and bf16 for a
     /// device that holds them, q8 for flex and ndarray, whose decoding pass reads the blocks.

@@ -242,9 +242,9 @@ fn loading_with_a_weight_type_is_narrowing_after_loading(device: &Device) {
     let ids = Tensor::<2, Int>::from_data([[3, 14, 15, 9, 2, 6]], device);
     for family in ["llama3", "phi3", "gpt2", "gpt_oss", "deepseek_v3", "bert"] {
         let dir = checkpoint(family);
+        let loaded = Pretrained::load(&dir, device).unwrap().model;
         for weights in WeightType::ALL {
-            let loaded = Pretrained::load(&dir, device).unwrap().model;
-            let after = loaded.try_with_weights(weights);
+            let after = loaded.clone().try_with_weights(weights);
             let during = Pretrained::load_with_weights(&dir, device, weights);
             match (after, during) {
                 (Err(after), Err(during)) => {

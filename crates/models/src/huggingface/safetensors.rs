@@ -26,10 +26,10 @@ pub(super) struct SafetensorsFile {
 }
 
 /// Where one tensor is and how it is stored.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Entry {
     /// The header's `dtype` (`F32`, `BF16`, `I64`, ...).
-    pub dtype: String,
+    dtype: String,
     pub shape: Vec<usize>,
     /// Byte offset from the start of the file.
     start: u64,
