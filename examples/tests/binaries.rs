@@ -440,6 +440,35 @@ fn generate_follows_transformers_greedy(backend: &str) {
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert_eq!(stdout.split_whitespace().collect::<Vec<_>>(), want);
     assert!(String::from_utf8_lossy(&output.stderr).contains("tokens/s"));
+
+    // `--warmup` generates once unprinted before the reported generation, which is the same.
+    let count = want.len().to_string();
+    let json = stdout_of(
+        GENERATE,
+        &[
+            "--model",
+            dir.to_str().unwrap(),
+            "--device",
+            backend,
+            "--ids",
+            &ids.join(","),
+            "--max-new-tokens",
+            &count,
+            "--min-new-tokens",
+            &count,
+            "--json",
+            "--warmup",
+        ],
+    );
+    assert_eq!(json.lines().count(), 1, "{json}");
+    let reply: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let got: Vec<String> = reply["new_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.to_string())
+        .collect();
+    assert_eq!(got, want);
 }
 on_each_backend!(generate_follows_transformers_greedy);
 

@@ -13,7 +13,9 @@
 //! and tokens/s at the end; `--json` prints one JSON object instead:
 //! `{prompt_ids, new_ids, text, prefill_s, decode_s, tokens_per_s, peak_rss_mb}`. `--weights f16`
 //! (or `bf16`) stores the model's matrices in half the bytes, for faster decoding on flex;
-//! `--weights q8` its `Linear` weights in 8-bit blocks (flex and ndarray).
+//! `--weights q8` its `Linear` weights in 8-bit blocks (flex and ndarray). `--warmup` generates
+//! once, untimed, before the generation it reports: a GPU backend compiles (and autotunes) its
+//! kernels in its first pass of each shape, which would otherwise be in the figures.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -77,6 +79,10 @@ struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Generate once, untimed and unprinted, before the generation shown: a GPU backend's
+    /// kernels are compiled in their first run, which is then not timed.
+    #[arg(long, conflicts_with = "interactive")]
+    warmup: bool,
     /// Stop tokens, comma-separated [default: the model's end-of-sequence tokens].
     #[arg(long, value_delimiter = ',')]
     stop: Vec<u32>,
@@ -133,6 +139,9 @@ fn main() -> anyhow::Result<()> {
             bail!("give a prompt: --prompt TEXT, --chat MESSAGE, --interactive or --ids 1,2,3")
         }
     };
+    if args.warmup {
+        session.generate(&prompt, false)?;
+    }
     let stream = !args.json;
     let reply = session.generate(&prompt, stream)?;
     if args.json {

@@ -1,12 +1,14 @@
 //! The decoding step as two CubeCL kernels: WGPU here, and CUDA, ROCm, Metal or CubeCL's CPU
 //! runtime when Burn is built with them.
 //!
-//! The first runs one thread per (batch, query head, chunk of keys): the online softmax of flash
-//! attention (Dao et al., 2022) over the chunk, soft-cap and ALiBi bias computed per score, into
-//! a maximum, a sum and a `head_dim` accumulator. The second merges a head's chunks, sink
-//! included, one thread per output feature. With a decoding step's few heads (8 here) one
-//! thread per head would leave most of a device idle (on lavapipe, all but one of its cores);
-//! chunks of keys give it `heads x chunks` threads, as flash decoding does (Dao et al., 2023).
+//! The first runs one cube per (batch, query head, chunk of 256 keys) and one thread per key:
+//! each thread scores its key (soft-cap and ALiBi bias included), the cube reduces the chunk's
+//! maximum and sum of `exp(score - max)` in shared memory, and one thread per feature sums the
+//! chunk's weighted values. The second merges a head's chunks, sink included, one thread per
+//! output feature. With a decoding step's few heads (8 here), chunks of keys give the device
+//! `heads x chunks` cubes, as flash decoding does (Dao et al., 2023). A thread per key replaced
+//! a thread walking 128 keys in turn, which at a short cache left one thread per head on the
+//! whole device (docs/performance.md, "On a GPU").
 
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Shape};
@@ -18,12 +20,20 @@ use cubecl::{calculate_cube_count_elemwise, prelude::*};
 
 use super::DecodeAttentionBackend;
 
-/// Keys per thread of [`decode_chunk_kernel`]: at 2048 keys and 8 heads, 128 threads.
-const KEYS_PER_THREAD: usize = 128;
+/// Keys per cube of [`decode_chunk_kernel`], one thread each: at 8,192 keys and 8 heads, 256
+/// cubes of 256 threads.
+const KEYS_PER_CUBE: usize = 256;
 
-/// Chunk `chunk` of head `(b, h)`'s keys (rows `first_key ..` of `k` and `v`) into `partials[task * (head_dim + 2) ..]`: the
-/// running maximum, the sum of `exp(score - max)` and the weighted sum of values. `task` =
-/// `(b * heads + h) * chunks + chunk`. The query sits at the last key's position.
+/// Chunk `chunk` of head `(b, h)`'s keys (rows `first_key ..` of `k` and `v`) into
+/// `partials[task * (head_dim + 2) ..]`: the chunk's maximum score, the sum of
+/// `exp(score - max)` and the weighted sum of values, `task = (b * heads + h) * chunks + chunk`
+/// the cube's position. The query sits at the last key's position.
+///
+/// One cube per task and one thread per key of the chunk: each thread scores its key (a row of
+/// `k` against the query, which every thread of the cube reads), the cube reduces the maximum
+/// and the sum in shared memory,
+/// then a thread per feature sums the weighted values over the chunk's keys, adjacent threads
+/// reading adjacent features of each value row.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn decode_chunk_kernel(
@@ -38,83 +48,94 @@ fn decode_chunk_kernel(
     group: usize,
     first_key: usize,
     k_len: usize,
-    chunk_len: usize,
     scale: f32,
     softcap: f32,
     #[comptime] head_dim: usize,
     #[comptime] with_slopes: bool,
     #[comptime] with_softcap: bool,
 ) {
-    if ABSOLUTE_POS >= tasks {
+    let task = CUBE_POS;
+    // Uniform across the cube: the whole cube leaves, before any barrier.
+    if task >= tasks {
         terminate!();
     }
-    let (batch_head, chunk) = chunks.div_mod(ABSOLUTE_POS);
+    let (batch_head, chunk) = chunks.div_mod(task);
     let (b, h) = heads.div_mod(batch_head);
     let kv_head = h / group;
-    let first = chunk * chunk_len;
-    let keys = min(first + chunk_len, k_len) - first;
+    let first = chunk * KEYS_PER_CUBE;
+    let keys = min(first + KEYS_PER_CUBE, k_len) - first;
+    let unit = UNIT_POS as usize;
 
-    let mut query = Array::<f32>::new(head_dim);
-    let mut weighted = Array::<f32>::new(head_dim);
+    let mut weights = Shared::<[f32]>::new_slice(KEYS_PER_CUBE);
+    let mut reduced = Shared::<[f32]>::new_slice(KEYS_PER_CUBE);
     let q_row = b * q.stride(0) + h * q.stride(1);
-    #[unroll]
-    for d in 0..head_dim {
-        query[d] = q[q_row + d * q.stride(3)];
-        weighted[d] = 0.0;
-    }
-    let mut minus_slope = f32::new(0.0);
-    if with_slopes {
-        minus_slope = -slopes[h * slopes.stride(0)];
-    }
-    let last = f32::cast_from(k_len - 1);
-    // Key `j` is row `first_key + j` of `k` and `v`.
-    let (k_head, v_head) = (
-        b * k.stride(0) + kv_head * k.stride(1) + first_key * k.stride(2),
-        b * v.stride(0) + kv_head * v.stride(1) + first_key * v.stride(2),
-    );
-    // `f32::MIN` rather than -inf: the first score's rescale `exp(MIN - score)` is 0, and no
-    // infinity is ever formed.
-    let mut max = f32::new(f32::MIN);
-    let mut sum = f32::new(0.0);
-    for step in 0..keys {
-        let j = first + step;
-        let key = k_head + j * k.stride(2);
+
+    // `f32::MIN` rather than -inf for a thread without a key: its weight `exp(MIN - max)` is 0,
+    // and no infinity is ever formed.
+    let mut score = f32::new(f32::MIN);
+    if unit < keys {
+        let j = first + unit;
+        let key = b * k.stride(0) + kv_head * k.stride(1) + (first_key + j) * k.stride(2);
         let mut dot = f32::new(0.0);
         #[unroll]
         for d in 0..head_dim {
-            dot += query[d] * k[key + d * k.stride(3)];
+            dot += q[q_row + d * q.stride(3)] * k[key + d * k.stride(3)];
         }
         // As the explicit path rounds it: `q . k * scale`, capped, plus the bias.
-        let mut score = dot * scale;
+        score = dot * scale;
         if with_softcap {
             score = Tanh::tanh(score / softcap) * softcap;
         }
         if with_slopes {
-            score += minus_slope * (last - f32::cast_from(j));
-        }
-        if score > max {
-            let rescale = (max - score).exp();
-            sum *= rescale;
-            #[unroll]
-            for d in 0..head_dim {
-                weighted[d] *= rescale;
-            }
-            max = score;
-        }
-        let weight = (score - max).exp();
-        sum += weight;
-        let value = v_head + j * v.stride(2);
-        #[unroll]
-        for d in 0..head_dim {
-            weighted[d] += weight * v[value + d * v.stride(3)];
+            score -= slopes[h * slopes.stride(0)] * f32::cast_from(k_len - 1 - j);
         }
     }
-    let out = ABSOLUTE_POS * (head_dim + 2);
-    partials[out] = max;
-    partials[out + 1] = sum;
-    #[unroll]
-    for d in 0..head_dim {
-        partials[out + 2 + d] = weighted[d];
+    reduced[unit] = score;
+    sync_cube();
+    // The halving starts from `CUBE_DIM` (= KEYS_PER_CUBE), a runtime value: a mutable variable
+    // started from a Rust constant fails CubeCL's IR check at launch ("Expected operand type
+    // cube.ptr, but found cube.index").
+    let mut half = CUBE_DIM as usize / 2;
+    while half > 0 {
+        if unit < half {
+            let other = reduced[unit + half];
+            reduced[unit] = max(reduced[unit], other);
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let top = reduced[0];
+    sync_cube();
+
+    let weight = (score - top).exp();
+    weights[unit] = weight;
+    reduced[unit] = weight;
+    sync_cube();
+    let mut span = CUBE_DIM as usize / 2;
+    while span > 0 {
+        if unit < span {
+            let other = reduced[unit + span];
+            reduced[unit] += other;
+        }
+        sync_cube();
+        span /= 2;
+    }
+
+    let total = reduced[0];
+    let out = task * (head_dim + 2);
+    if unit == 0 {
+        partials[out] = top;
+        partials[out + 1] = total;
+    }
+    let v_head = b * v.stride(0) + kv_head * v.stride(1) + (first_key + first) * v.stride(2);
+    let mut column = unit;
+    while column < head_dim {
+        let mut acc = f32::new(0.0);
+        for step in 0..keys {
+            acc += weights[step] * v[v_head + step * v.stride(2) + column * v.stride(3)];
+        }
+        partials[out + 2 + column] = acc;
+        column += KEYS_PER_CUBE;
     }
 }
 
@@ -180,8 +201,7 @@ impl DecodeAttentionBackend for CubeBackend {
         let kv_heads = k.shape()[1];
         let client = q.client.clone();
         let device = q.device.clone();
-        let chunks = k_len.div_ceil(KEYS_PER_THREAD);
-        let chunk_len = k_len.div_ceil(chunks);
+        let chunks = k_len.div_ceil(KEYS_PER_CUBE);
         let tasks = batch * heads * chunks;
         let partials = empty_device_dtype(
             client.clone(),
@@ -190,12 +210,13 @@ impl DecodeAttentionBackend for CubeBackend {
             DType::F32,
         );
 
-        let cube_dim = CubeDim::new(&client, tasks);
-        let cube_count = calculate_cube_count_elemwise(&client, tasks, cube_dim);
+        // One cube per task: counting cubes of one unit spreads them over a second axis where
+        // one axis would pass the device's limit.
+        let cube_count = calculate_cube_count_elemwise(&client, tasks, CubeDim::new_1d(1));
         decode_chunk_kernel::launch(
             &client,
             cube_count,
-            cube_dim,
+            CubeDim::new_1d(KEYS_PER_CUBE as u32),
             q.clone().into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
@@ -207,7 +228,6 @@ impl DecodeAttentionBackend for CubeBackend {
             heads / kv_heads,
             first_key,
             k_len,
-            chunk_len,
             scale as f32,
             softcap.unwrap_or(1.0) as f32,
             head_dim,
