@@ -421,45 +421,27 @@ fn generate_follows_transformers_greedy(backend: &str) {
         .iter()
         .map(|id| id.to_string())
         .collect();
-    let output = run(
-        GENERATE,
-        &[
-            "--model",
-            dir.to_str().unwrap(),
-            "--device",
-            backend,
-            "--ids",
-            &ids.join(","),
-            "--max-new-tokens",
-            &want.len().to_string(),
-            "--min-new-tokens",
-            &want.len().to_string(),
-        ],
-    );
+    let (ids, count) = (ids.join(","), want.len().to_string());
+    let greedy = [
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        backend,
+        "--ids",
+        &ids,
+        "--max-new-tokens",
+        &count,
+        "--min-new-tokens",
+        &count,
+    ];
+    let output = run(GENERATE, &greedy);
     assert!(output.status.success());
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert_eq!(stdout.split_whitespace().collect::<Vec<_>>(), want);
     assert!(String::from_utf8_lossy(&output.stderr).contains("tokens/s"));
 
     // `--warmup` generates once unprinted before the reported generation, which is the same.
-    let count = want.len().to_string();
-    let json = stdout_of(
-        GENERATE,
-        &[
-            "--model",
-            dir.to_str().unwrap(),
-            "--device",
-            backend,
-            "--ids",
-            &ids.join(","),
-            "--max-new-tokens",
-            &count,
-            "--min-new-tokens",
-            &count,
-            "--json",
-            "--warmup",
-        ],
-    );
+    let json = stdout_of(GENERATE, &[&greedy[..], &["--json", "--warmup"]].concat());
     assert_eq!(json.lines().count(), 1, "{json}");
     let reply: serde_json::Value = serde_json::from_str(&json).unwrap();
     let got: Vec<String> = reply["new_ids"]
