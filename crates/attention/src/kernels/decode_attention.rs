@@ -177,7 +177,8 @@ mod tests {
     }
 
     /// Every option alone and all together, against the reference: one key/value head per
-    /// query head and groups of 4, a head size in whole vectors (64) and one not (6), one key,
+    /// query head and groups of 4, head sizes in whole blocks of the CPU pass's value sums (64),
+    /// with a part block (40) and below one vector (6), one key,
     /// a few, and enough for several chunks on every backend (700), with the keys and values
     /// some rows of larger storage as the cache hands them over, and queries read through
     /// swapped axes as the module does.
@@ -186,7 +187,7 @@ mod tests {
         let normal =
             |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), device);
         for (heads, kv_heads) in [(3, 3), (8, 2)] {
-            for head_dim in [64, 6] {
+            for head_dim in [64, 40, 6] {
                 for k_len in [1, 9, 700] {
                     let batch = 2;
                     let q = normal([batch, 1, heads, head_dim]).swap_dims(1, 2);

@@ -24,6 +24,8 @@ pub(crate) mod decode_attention;
 pub(crate) mod decode_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod exp;
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
+pub(crate) mod lanes;
 pub(crate) mod prefill_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod strided;

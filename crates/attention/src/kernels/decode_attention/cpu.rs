@@ -2,15 +2,23 @@
 //! buffers, the keys split into chunks that rayon's threads take in parallel.
 //!
 //! For each key/value head and chunk of keys a task computes the scores of the group's query
-//! heads against the chunk (each key row read once for the whole group), their softmax within
-//! the chunk, and the weighted sum of the chunk's value rows (each read once for the group):
-//! a maximum, a sum and a `head_dim` accumulator per query head. The chunks are then merged,
+//! heads against the chunk (each key row read once from memory for the whole group), their
+//! softmax within the chunk, and the weighted sum of the chunk's value rows (read from memory
+//! once, and again from the L2 cache for each further head of the group): a maximum, a sum and a
+//! `head_dim` accumulator per query head. The loops run with fused multiply-adds and the
+//! exponential is `kernels::exp`'s polynomial, in vectors. The chunks are then merged,
 //! each rescaled by `exp(chunk max - overall max)`: the split softmax of flash decoding. Nothing
 //! of size `k_len` is written but the scores of one chunk.
 
 use rayon::prelude::*;
 
+use crate::kernels::exp::exp;
+use crate::kernels::lanes::{max_of, sum_of};
 use crate::kernels::strided::Strided;
+
+/// Features of a value row summed together in [`Step::weighted_values`]: four vectors of eight
+/// (two of sixteen) in registers.
+const FEATURE_BLOCK: usize = 32;
 
 /// Keys per task. A task reads `2 * KEYS_PER_TASK * head_dim` floats of the cache (128 KB at a
 /// head size of 64): enough work to be worth a rayon task, small enough that 2048 keys of two
@@ -91,20 +99,31 @@ struct Step<'a> {
 
 impl Step<'_> {
     /// Task `task` of `(batch, kv_head, chunk)`, row-major, into `out`: per query head of the
-    /// group, `[max, sum, accumulator..]`.
+    /// group, `[max, sum, accumulator..]`. Compiled for AVX-512 or AVX2, with FMA, where the CPU
+    /// has them: the task's loops are inlined into the function with the features. Without FMA
+    /// `mul_add` would be a call to libm's `fmaf` (a slower pass than plain multiplies and adds).
     fn run(&self, task: usize, chunks: usize, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
-            #[target_feature(enable = "avx2")]
-            fn with_avx2(step: &Step<'_>, task: usize, chunks: usize, out: &mut [f32]) {
-                step.chunk(task, chunks, out);
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx2") && has!("fma") {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                fn with_avx512(step: &Step<'_>, task: usize, chunks: usize, out: &mut [f32]) {
+                    step.chunk(task, chunks, out);
+                }
+                // SAFETY: the CPU has AVX-512F, AVX2 and FMA, checked just above.
+                #[allow(unsafe_code)]
+                return unsafe { with_avx512(self, task, chunks, out) };
             }
-            // SAFETY: the CPU has AVX2, checked just above.
-            #[allow(unsafe_code)]
-            unsafe {
-                with_avx2(self, task, chunks, out)
-            };
-            return;
+            if has!("avx2") && has!("fma") {
+                #[target_feature(enable = "avx2,fma")]
+                fn with_avx2(step: &Step<'_>, task: usize, chunks: usize, out: &mut [f32]) {
+                    step.chunk(task, chunks, out);
+                }
+                // SAFETY: the CPU has AVX2 and FMA, checked just above.
+                #[allow(unsafe_code)]
+                return unsafe { with_avx2(self, task, chunks, out) };
+            }
         }
         self.chunk(task, chunks, out);
     }
@@ -126,11 +145,12 @@ impl Step<'_> {
             ..
         } = self.options;
 
+        // The group's scores, `[group, len]`: each key row read once for the group.
         let mut scores = vec![0.0f32; self.group * len];
         for (j, key) in keys.clone().enumerate() {
-            let key_row = self.k.row(b, kv_head, key);
+            let key_row = &self.k.row(b, kv_head, key)[..head_dim];
             for g in 0..self.group {
-                let query = self.q.row(b, kv_head * self.group + g, 0);
+                let query = &self.q.row(b, kv_head * self.group + g, 0)[..head_dim];
                 scores[g * len + j] = dot(query, key_row);
             }
         }
@@ -140,36 +160,59 @@ impl Step<'_> {
             .enumerate()
         {
             let head = kv_head * self.group + g;
-            let minus_slope = slopes.map(|slopes| -slopes[head]);
-            let mut max = f32::NEG_INFINITY;
-            for (score, key) in scores.iter_mut().zip(keys.clone()) {
-                // As the explicit path rounds it: `q . k * scale`, capped, plus the bias.
-                let mut s = *score * scale;
-                if let Some(cap) = softcap {
-                    s = (s / cap).tanh() * cap;
-                }
-                if let Some(minus_slope) = minus_slope {
-                    s += minus_slope * (k_len - 1 - key) as f32;
-                }
-                *score = s;
-                max = max.max(s);
+            // As the explicit path rounds them: `q . k * scale`, capped, plus the bias. Each a
+            // loop of its own over the row, which the compiler vectorises.
+            scores.iter_mut().for_each(|s| *s *= scale);
+            if let Some(cap) = softcap {
+                // `tanh` is libm's, one score at a time: soft-capping models only.
+                scores.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
             }
-            let mut sum = 0.0;
-            for score in scores.iter_mut() {
-                *score = (*score - max).exp();
-                sum += *score;
+            if let Some(slopes) = slopes {
+                // The distance back from the query, which sits at the last key.
+                let minus_slope = -slopes[head];
+                for (s, key) in scores.iter_mut().zip(keys.clone()) {
+                    *s += minus_slope * (k_len - 1 - key) as f32;
+                }
             }
+            let max = max_of(scores);
+            scores.iter_mut().for_each(|s| *s = exp(*s - max));
             out[0] = max;
-            out[1] = sum;
-            out[2..].fill(0.0);
+            out[1] = sum_of(scores);
+            self.weighted_values(scores, (b, kv_head, first), &mut out[2..]);
         }
-        // Each value row read once for the group.
-        for (j, key) in keys.enumerate() {
-            let value_row = self.v.row(b, kv_head, key);
-            for (g, out) in out.chunks_exact_mut(head_dim + 2).enumerate() {
-                let weight = scores[g * len + j];
-                for (acc, &value) in out[2..].iter_mut().zip(value_row) {
-                    *acc += weight * value;
+    }
+
+    /// `acc = sum_j weights[j] v[first + j]` over the value rows of `(b, kv_head)`, in blocks
+    /// of [`FEATURE_BLOCK`] features whose sums the compiler keeps in vector registers while
+    /// the block's column of the chunk streams past (from the L2 cache: each query head of a
+    /// group reads the chunk's rows again).
+    #[inline(always)]
+    fn weighted_values(
+        &self,
+        weights: &[f32],
+        (b, kv_head, first): (usize, usize, usize),
+        acc: &mut [f32],
+    ) {
+        let head_dim = acc.len();
+        let mut start = 0;
+        while start + FEATURE_BLOCK <= head_dim {
+            let mut sums = [0.0f32; FEATURE_BLOCK];
+            for (j, &weight) in weights.iter().enumerate() {
+                let value = &self.v.row(b, kv_head, first + j)[start..start + FEATURE_BLOCK];
+                for i in 0..FEATURE_BLOCK {
+                    sums[i] = weight.mul_add(value[i], sums[i]);
+                }
+            }
+            acc[start..start + FEATURE_BLOCK].copy_from_slice(&sums);
+            start += FEATURE_BLOCK;
+        }
+        if start < head_dim {
+            let tail = &mut acc[start..];
+            tail.fill(0.0);
+            for (j, &weight) in weights.iter().enumerate() {
+                let value = &self.v.row(b, kv_head, first + j)[start..head_dim];
+                for (sum, &value) in tail.iter_mut().zip(value) {
+                    *sum = weight.mul_add(value, *sum);
                 }
             }
         }
@@ -212,7 +255,7 @@ impl Step<'_> {
 }
 
 /// `a . b` in eight lanes, which the compiler keeps in one vector register (a sum in one
-/// accumulator would have to add in order, one float at a time).
+/// accumulator would have to add in order, one float at a time), with fused multiply-adds.
 #[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
@@ -220,7 +263,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (a_tail, b_tail) = (a8.remainder(), b8.remainder());
     for (a, b) in a8.zip(b8) {
         for i in 0..8 {
-            lanes[i] += a[i] * b[i];
+            lanes[i] = a[i].mul_add(b[i], lanes[i]);
         }
     }
     let mut sum = lanes.iter().sum::<f32>();
