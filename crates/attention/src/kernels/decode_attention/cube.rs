@@ -91,37 +91,12 @@ fn decode_chunk_kernel(
         }
     }
     reduced[unit] = score;
-    sync_cube();
-    // The halving starts from `CUBE_DIM` (= KEYS_PER_CUBE), a runtime value: a mutable variable
-    // started from a Rust constant fails CubeCL's IR check at launch ("Expected operand type
-    // cube.ptr, but found cube.index").
-    let mut half = CUBE_DIM as usize / 2;
-    while half > 0 {
-        if unit < half {
-            let other = reduced[unit + half];
-            reduced[unit] = max(reduced[unit], other);
-        }
-        sync_cube();
-        half /= 2;
-    }
-    let top = reduced[0];
-    sync_cube();
+    let top = reduce_in_cube(&mut reduced, unit, true);
 
     let weight = (score - top).exp();
     weights[unit] = weight;
     reduced[unit] = weight;
-    sync_cube();
-    let mut span = CUBE_DIM as usize / 2;
-    while span > 0 {
-        if unit < span {
-            let other = reduced[unit + span];
-            reduced[unit] += other;
-        }
-        sync_cube();
-        span /= 2;
-    }
-
-    let total = reduced[0];
+    let total = reduce_in_cube(&mut reduced, unit, false);
     let out = task * (head_dim + 2);
     if unit == 0 {
         partials[out] = top;
@@ -137,6 +112,34 @@ fn decode_chunk_kernel(
         partials[out + 2 + column] = acc;
         column += KEYS_PER_CUBE;
     }
+}
+
+/// The maximum (`take_max`) or the sum of `values[..CUBE_DIM]`, one value written by each
+/// thread of the cube, reduced in place by halving; every thread gets the result and must call
+/// this (it holds barriers).
+#[cube]
+fn reduce_in_cube(values: &mut Shared<[f32]>, unit: usize, #[comptime] take_max: bool) -> f32 {
+    sync_cube();
+    // The halving starts from `CUBE_DIM` (= KEYS_PER_CUBE), a runtime value: a mutable variable
+    // started from a Rust constant fails CubeCL's IR check at launch ("Expected operand type
+    // cube.ptr, but found cube.index").
+    let mut half = CUBE_DIM as usize / 2;
+    while half > 0 {
+        if unit < half {
+            let other = values[unit + half];
+            if take_max {
+                values[unit] = max(values[unit], other);
+            } else {
+                values[unit] += other;
+            }
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let result = values[0];
+    // Nobody writes `values` again before every thread has read the result.
+    sync_cube();
+    result
 }
 
 /// Feature `d` of head `(b, h)`'s output, `output[(b * heads + h) * head_dim + d]`, from its
