@@ -26,6 +26,8 @@ pub(crate) mod decode_linear;
 pub(crate) mod exp;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod lanes;
+#[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
+pub(crate) mod prefetch;
 pub(crate) mod prefill_linear;
 #[cfg(any(feature = "ndarray", feature = "flex", feature = "tch"))]
 pub(crate) mod strided;

@@ -9,6 +9,8 @@
 
 use half::{bf16, f16};
 
+use crate::kernels::prefetch::prefetch;
+
 /// The element of a weight, and the product's loops over a row of such weights.
 pub(crate) trait WeightElement: Copy + Sync {
     /// `out += a[0] * w[0] + .. + a[3] * w[3]` (each `w[i]` at least as long as `out`).
@@ -24,18 +26,6 @@ pub(crate) trait WeightElement: Copy + Sync {
 /// How far ahead of the loops the weights are prefetched, in bytes. The prefetchers alone kept
 /// the f16 rows at two thirds of f32's bandwidth (too few loads in flight per instruction).
 const PREFETCH_BYTES: usize = 2048;
-
-/// A hint that the cache line at `p` is read soon.
-#[inline(always)]
-pub(super) fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing into the program and faults on no address.
-    #[allow(unsafe_code)]
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
-    }
-}
 
 /// [`WeightElement::axpy4`] for weights that `widen` reads as f32, a cache line of each row at
 /// a time with the line [`PREFETCH_BYTES`] ahead requested.

@@ -8,7 +8,7 @@
 
 use super::Q8_BLOCK;
 use super::cpu::{Task, Tiles, tasks_for};
-use super::element::prefetch;
+use crate::kernels::prefetch::prefetch;
 use crate::kernels::strided::Strided;
 
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times the weight `q` (`[1, 1, in,
