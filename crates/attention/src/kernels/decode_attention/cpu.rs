@@ -6,8 +6,9 @@
 //! softmax within the chunk, and the weighted sum of the chunk's value rows (read from memory
 //! once, and again from the L2 cache for each further head of the group): a maximum, a sum and a
 //! `head_dim` accumulator per query head. The loops run with fused multiply-adds and the
-//! exponential is `kernels::exp`'s polynomial, in vectors; they request the cache's rows a
-//! little ahead of where they read ([`AHEAD_ROWS`]). The chunks are then merged,
+//! exponential is `kernels::exp`'s polynomial, in vectors. The score loop requests the key rows
+//! a little ahead ([`AHEAD_ROWS`]) and each key's value row, once for the group, so that the
+//! weighted sums find the chunk's values in the cache. The chunks are then merged,
 //! each rescaled by `exp(chunk max - overall max)`: the split softmax of flash decoding. Nothing
 //! of size `k_len` is written but the scores of one chunk.
 
@@ -151,7 +152,15 @@ impl Step<'_> {
         let mut scores = vec![0.0f32; self.group * len];
         for (j, key) in keys.clone().enumerate() {
             let key_row = &self.k.row(b, kv_head, key)[..head_dim];
-            prefetch_ahead(key_row, self.k.strides[2]);
+            // The key row a little ahead, and this key's value row, which the weighted sums
+            // read after the scores: each line requested once for the whole group.
+            prefetch_row(
+                key_row
+                    .as_ptr()
+                    .wrapping_add(AHEAD_ROWS * self.k.strides[2]),
+                head_dim,
+            );
+            prefetch_row(self.v.row(b, kv_head, key).as_ptr(), head_dim);
             for g in 0..self.group {
                 let query = &self.q.row(b, kv_head * self.group + g, 0)[..head_dim];
                 scores[g * len + j] = dot(query, key_row);
@@ -202,7 +211,6 @@ impl Step<'_> {
             let mut sums = [0.0f32; FEATURE_BLOCK];
             for (j, &weight) in weights.iter().enumerate() {
                 let value = &self.v.row(b, kv_head, first + j)[start..start + FEATURE_BLOCK];
-                prefetch_ahead(value, self.v.strides[2]);
                 for i in 0..FEATURE_BLOCK {
                     sums[i] = weight.mul_add(value[i], sums[i]);
                 }
@@ -277,19 +285,17 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// Rows of the cache ahead of the one read whose lines [`prefetch_ahead`] requests (4 KB at a
-/// head size of 64). With the hardware prefetchers alone, the step read the cache at about half
-/// the bandwidth that `decode_linear` reads weights at.
+/// Rows of keys ahead of the one read whose lines the score loop requests (4 KB at a head size
+/// of 64). With the hardware prefetchers alone, the step read the cache at about half the
+/// bandwidth that `decode_linear` reads weights at.
 const AHEAD_ROWS: usize = 16;
 
-/// A hint that the lines of the row [`AHEAD_ROWS`] rows after `row` are read soon (`stride`
-/// floats from a row to the next; past the cache's end the hint is for memory never read).
+/// A hint that the `len` floats from `p` on are read soon, a cache line (16 floats) at a time
+/// (past the cache's end, a hint for memory never read).
 #[inline(always)]
-fn prefetch_ahead(row: &[f32], stride: usize) {
-    let ahead = row.as_ptr().wrapping_add(AHEAD_ROWS * stride);
-    // A cache line is 16 floats.
-    for line in (0..row.len()).step_by(16) {
-        prefetch(ahead.wrapping_add(line));
+fn prefetch_row(p: *const f32, len: usize) {
+    for line in (0..len).step_by(16) {
+        prefetch(p.wrapping_add(line));
     }
 }
 
