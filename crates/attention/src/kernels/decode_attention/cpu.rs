@@ -14,8 +14,7 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::exp::exp;
-use crate::kernels::lanes::{max_of, sum_of};
+use crate::kernels::lanes::{exp_sum, max_of};
 use crate::kernels::prefetch::prefetch;
 use crate::kernels::strided::Strided;
 
@@ -187,9 +186,8 @@ impl Step<'_> {
                 }
             }
             let max = max_of(scores);
-            scores.iter_mut().for_each(|s| *s = exp(*s - max));
             out[0] = max;
-            out[1] = sum_of(scores);
+            out[1] = exp_sum(scores, max);
             self.weighted_values(scores, (b, kv_head, first), &mut out[2..]);
         }
     }

@@ -16,7 +16,7 @@
 use rayon::prelude::*;
 
 use crate::kernels::exp::exp;
-use crate::kernels::lanes::{max_of, sum_of};
+use crate::kernels::lanes::{exp_sum, max_of};
 use crate::kernels::strided::Strided;
 
 /// Queries of each head per task: with a group of 3 heads a tile of scores is `192 x 256`
@@ -175,7 +175,8 @@ impl Pass<'_> {
         for start in (lo..hi).step_by(KEY_TILE) {
             let n = KEY_TILE.min(hi - start);
             let scores = &mut scores[..stacked * n];
-            // scores[stacked, n] = queries[stacked, head_dim] . keys[start .., head_dim]^T
+            // scores[stacked, n] = scale * queries[stacked, head_dim] . keys[start .., head_dim]^T
+            // (`gemm` scales the sums as it writes them: one pass over the tile fewer)
             let keys = k_rows.matrix(start, n);
             // SAFETY: `matrix` checked that its `n` rows of `head_dim` lie in the buffer; the
             // other two are this task's own, of the sizes given.
@@ -196,7 +197,7 @@ impl Pass<'_> {
                     keys.row_stride as isize,
                     1,
                     0.0,
-                    1.0,
+                    self.options.scale,
                     false,
                     false,
                     false,
@@ -263,8 +264,8 @@ impl Pass<'_> {
         accumulator
     }
 
-    /// One row of a tile's scores, of query index `query` against the keys `start ..`, into
-    /// unnormalised weights `exp(score - max)`: scale, soft-cap and ALiBi as the explicit path
+    /// One row of a tile's scaled scores, of query index `query` against the keys `start ..`,
+    /// into unnormalised weights `exp(score - max)`: soft-cap and ALiBi as the explicit path
     /// rounds them, hidden keys at 0. The row's running maximum and sum, and its accumulator,
     /// are rescaled to a new maximum.
     #[inline(always)]
@@ -276,7 +277,6 @@ impl Pass<'_> {
         accumulator: &mut [f32],
     ) {
         let Options {
-            scale,
             softcap,
             slopes,
             key_padding,
@@ -306,7 +306,6 @@ impl Pass<'_> {
         scores[..lo].fill(f32::NEG_INFINITY);
         scores[hi..].fill(f32::NEG_INFINITY);
         let seen = &mut scores[lo..hi];
-        seen.iter_mut().for_each(|s| *s *= scale);
         if let Some(cap) = softcap {
             seen.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
         }
@@ -332,8 +331,7 @@ impl Pass<'_> {
             return;
         }
         let max = row_max.max(tile_max);
-        scores.iter_mut().for_each(|s| *s = exp(*s - max));
-        let sum = sum_of(scores);
+        let sum = exp_sum(scores, max);
         // Nothing accumulated yet when the old maximum is `-inf`: `exp` gives 0 and the
         // accumulator is zero anyway.
         let rescale = exp(*row_max - max);
