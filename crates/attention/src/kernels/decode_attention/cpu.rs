@@ -147,7 +147,8 @@ impl Step<'_> {
             ..
         } = self.options;
 
-        // The group's scores, `[group, len]`: each key row read once for the group.
+        // The group's scores, `[group, len]`: each key row read once for the group, each score
+        // scaled as it is stored (`q . k * scale`, the explicit path's rounding).
         let mut scores = vec![0.0f32; self.group * len];
         for (j, key) in keys.clone().enumerate() {
             let key_row = &self.k.row(b, kv_head, key)[..head_dim];
@@ -162,7 +163,7 @@ impl Step<'_> {
             prefetch_row(self.v.row(b, kv_head, key).as_ptr(), head_dim);
             for g in 0..self.group {
                 let query = &self.q.row(b, kv_head * self.group + g, 0)[..head_dim];
-                scores[g * len + j] = dot(query, key_row);
+                scores[g * len + j] = dot(query, key_row) * scale;
             }
         }
         for (g, (scores, out)) in scores
@@ -171,9 +172,8 @@ impl Step<'_> {
             .enumerate()
         {
             let head = kv_head * self.group + g;
-            // As the explicit path rounds them: `q . k * scale`, capped, plus the bias. Each a
-            // loop of its own over the row, which the compiler vectorises.
-            scores.iter_mut().for_each(|s| *s *= scale);
+            // As the explicit path rounds them: capped, plus the bias. Each a loop of its own
+            // over the row, which the compiler vectorises.
             if let Some(cap) = softcap {
                 // `tanh` is libm's, one score at a time: soft-capping models only.
                 scores.iter_mut().for_each(|s| *s = (*s / cap).tanh() * cap);
