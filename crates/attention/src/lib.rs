@@ -60,7 +60,9 @@ pub use latent::{
     LatentAttentionWeights, LatentQuery, LatentQueryWeights, LowRankQuery,
     MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
-pub use linear::{Q8_BLOCK, linear_forward, q8_blocks, reads_q8_blocks, row_major, times_table};
+pub use linear::{
+    Q8_BLOCK, linear_forward, q8_blocks, quantize_q8, reads_q8_blocks, row_major, times_table,
+};
 #[doc(hidden)]
 pub use paths::{PathCounts, take_path_counts};
 pub use relative_xl::RelativeXl;

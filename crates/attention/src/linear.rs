@@ -25,7 +25,7 @@ use crate::AttentionError;
 
 use crate::kernels::{decode_linear, prefill_linear};
 
-pub use crate::kernels::decode_linear::{Q8_BLOCK, q8_blocks};
+pub use crate::kernels::decode_linear::{Q8_BLOCK, q8_blocks, quantize_q8};
 
 /// `linear.forward(x)` in `x`'s float type. On flex or ndarray without autodiff, in f32: through
 /// the decode-shaped pass when `x` has at most a few rows (`batch * seq`; 4), through the
@@ -105,7 +105,9 @@ pub fn times_table(x: Tensor<3>, table: Tensor<2>) -> Tensor<3> {
 /// type, or f32 for weights stored in f16 or bf16 (widened where they are read); else an error
 /// naming `x.dtype()`.
 pub(crate) fn check_float_type(x: &Tensor<3>, weights: &Linear) -> Result<(), AttentionError> {
-    let (x, weights) = (x.dtype(), weights.weight.val().dtype());
+    // The parameter's own tensor, not `val()`'s clone: a packed weight's clone copies its scales
+    // (Burn keeps them in a `Vec`), an eighth of its bytes.
+    let (x, weights) = (x.dtype(), weights.weight.dtype());
     let widened = x == DType::F32 && matches!(weights, DType::F16 | DType::BF16 | DType::QFloat(_));
     match x == weights || widened {
         true => Ok(()),

@@ -151,7 +151,7 @@ impl Transformer {
     /// model does not compute in f32. From q8 back to a float type, the weights are the packed
     /// values.
     pub fn try_with_weights(mut self, weights: WeightType) -> Result<Self, ModelError> {
-        let device = self.embedding.weight.val().device();
+        let device = self.embedding.weight.device();
         weights.check(computed_dtype(&self), &device)?;
         self.embedding.weight = self
             .embedding
@@ -198,7 +198,7 @@ impl ModuleVisitor for ComputedDtype {
             [(field, _), (weight, _)] if field == "embedding" && weight == "weight"
         );
         if self.found.is_none() && !token_table && !is_linear_weight(&self.path) {
-            self.found = Some(param.val().dtype());
+            self.found = Some(param.dtype());
         }
     }
 }
@@ -235,12 +235,9 @@ impl ModuleMapper for LinearWeights {
             WeightType::Q8 => match param.dims()[D - 1] % attention::Q8_BLOCK {
                 // From f32 values whatever the weight holds now: Burn quantizes an f16 tensor
                 // with its scales in f16.
-                0 => param.map(|weight| {
-                    weight
-                        .dequantize()
-                        .cast(DType::F32)
-                        .quantize_dynamic(&attention::q8_blocks())
-                }),
+                0 => {
+                    param.map(|weight| attention::quantize_q8(weight.dequantize().cast(DType::F32)))
+                }
                 _ => param,
             },
             float => param.map(|weight| weight.dequantize().cast(float.dtype())),

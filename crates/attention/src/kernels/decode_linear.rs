@@ -73,6 +73,15 @@ pub trait DecodeLinearBackend: burn::backend::Backend {
     #[allow(unused_variables)]
     fn decode_linear_q8(x: FloatTensor<Self>, weight: QuantizedTensor<Self>) -> FloatTensor<Self>;
 
+    /// `weight` (`[in, out]`, f32, `out` a multiple of 32) packed in [`q8_blocks`], the bytes
+    /// and scales Burn's own `quantize_dynamic` gives (on flex, in parallel; ndarray's is
+    /// Burn's).
+    ///
+    /// # Shapes
+    /// - `weight`: `[in, out]`; output: `[in, out]`
+    #[allow(unused_variables)]
+    fn quantize_q8(weight: FloatTensor<Self>) -> QuantizedTensor<Self>;
+
     /// The values of `weight` (`[in, out]`, packed in [`q8_blocks`]) in f32, for the products
     /// the pass does not take.
     ///
@@ -136,6 +145,27 @@ pub(crate) fn float_weight(weight: Tensor<2>) -> Tensor<2> {
     }
 }
 
+/// `weight` packed in [`q8_blocks`]: through [`DecodeLinearBackend::quantize_q8`] for an f32
+/// matrix on flex or ndarray whose rows are whole blocks, through Burn's `quantize_dynamic`
+/// otherwise; the same bytes and scales either way.
+///
+/// # Shapes
+/// - `weight`: any; output: the same, packed
+pub fn quantize_q8<const D: usize>(weight: Tensor<D>) -> Tensor<D> {
+    let dims = weight.dims();
+    let ours = D == 2
+        && weight.dtype() == DType::F32
+        && dims.iter().product::<usize>() > 0
+        && dims[D - 1].is_multiple_of(Q8_BLOCK)
+        && super::flex_or_ndarray(weight.device().as_dispatch());
+    match ours {
+        true => Tensor::from_dispatch(
+            <burn::backend::Dispatch as DecodeLinearBackend>::quantize_q8(weight.into_dispatch()),
+        ),
+        false => weight.quantize_dynamic(&q8_blocks()),
+    }
+}
+
 /// [`DecodeLinearBackend::decode_linear_q8`], where [`available_q8`].
 ///
 /// # Shapes
@@ -176,7 +206,7 @@ pub(crate) fn decode_linear(x: Tensor<2>, weight: Tensor<2>, out_by_in: bool) ->
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{Device, Distribution};
+    use burn::tensor::{Device, Distribution, TensorData};
     #[allow(unused_imports)]
     use positional::testing::{assert_close, device, floats};
 
@@ -336,6 +366,37 @@ mod tests {
             .per_tensor(ScaleDtype::F32);
         let whole = normal([64, 32]).quantize_dynamic(&per_tensor);
         assert!(!available_q8(&normal([1, 64]), &whole));
+    }
+
+    /// The parallel packing gives the bytes and scales of Burn's own `quantize_dynamic`, bit
+    /// for bit: random weights of one block and of many rows and blocks, through a view (a
+    /// transpose), and blocks of zeros, of subnormals, with an infinity, a NaN, values past
+    /// f32's largest over 127, and halves that round away from zero. A weight that is not a
+    /// matrix goes to Burn's.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn quantize_q8_packs_as_burn_on_flex() {
+        let device = device("flex");
+        let normal =
+            |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let mut edges = vec![0.0f32; 32];
+        edges.extend((0..32).map(|i| f32::from_bits(1 + i) * if i % 2 == 0 { 1.0 } else { -1.0 }));
+        edges.extend((0..32).map(|i| if i == 5 { f32::INFINITY } else { i as f32 }));
+        edges.extend((0..32).map(|i| if i == 9 { f32::NAN } else { -(i as f32) }));
+        edges.extend((0..32).map(|i| f32::MAX / (1 + i) as f32));
+        // Multiples of half a step (the peak 127 makes the step 1).
+        edges.extend((0..32).map(|i| if i == 0 { 127.0 } else { i as f32 - 15.5 }));
+        let edges = Tensor::<2>::from_data(TensorData::new(edges, [6, 32]), &device);
+        let transposed = normal([96, 40]).transpose();
+        for weight in [normal([1, 32]), normal([130, 4160]), transposed, edges] {
+            let want = weight.clone().quantize_dynamic(&q8_blocks());
+            let got = quantize_q8(weight);
+            assert_eq!(got.dtype(), want.dtype());
+            assert_eq!(got.into_data(), want.into_data());
+        }
+        let stacked = Tensor::<3>::random([2, 4, 32], Distribution::Normal(0.0, 1.0), &device);
+        let want = stacked.clone().quantize_dynamic(&q8_blocks()).into_data();
+        assert_eq!(quantize_q8(stacked).into_data(), want);
     }
 
     // The backends with the pass; elsewhere `available` is false and Burn's matmul runs.

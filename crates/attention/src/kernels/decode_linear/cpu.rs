@@ -325,6 +325,10 @@ mod flex {
             super::super::q8::flex::decode_linear_q8(x, weight)
         }
 
+        fn quantize_q8(weight: FlexTensor) -> FlexQTensor {
+            super::super::q8::flex::quantize_q8(weight)
+        }
+
         fn q8_values(weight: FlexQTensor) -> FlexTensor {
             super::super::q8::flex::q8_values(weight)
         }
@@ -349,6 +353,7 @@ mod ndarray_backend {
 
     use burn::backend::NdArray;
     use burn::backend::ndarray::{NdArrayQTensor, NdArrayTensor, SharedArray};
+    use burn::backend::ops::QTensorOps;
 
     use super::rows_times;
     use crate::kernels::decode_linear::DecodeLinearBackend;
@@ -374,6 +379,12 @@ mod ndarray_backend {
 
         fn decode_linear_q8(x: NdArrayTensor, weight: NdArrayQTensor) -> NdArrayTensor {
             super::super::q8::ndarray_backend::decode_linear_q8(x, weight)
+        }
+
+        fn quantize_q8(weight: NdArrayTensor) -> NdArrayQTensor {
+            // Burn's own: its scales for a block of zeros (zero, not the smallest positive f32)
+            // differ from flex's, which the flex pass reproduces.
+            <NdArray as QTensorOps<NdArray>>::quantize_dynamic(weight, &crate::q8_blocks())
         }
 
         fn q8_values(weight: NdArrayQTensor) -> NdArrayTensor {

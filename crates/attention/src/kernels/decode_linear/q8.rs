@@ -11,6 +11,10 @@ use super::cpu::{Task, Tiles, tasks_for};
 use crate::kernels::prefetch::prefetch;
 use crate::kernels::strided::Strided;
 
+/// How many rows of the weight ahead of the loop its requests for memory run: two groups of four.
+/// Sixteen was slower (a 64 MB weight at 14-16 GB/s against 17-22).
+const AHEAD: usize = 8;
+
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times the weight `q` (`[1, 1, in,
 /// out]`, `out` a multiple of [`Q8_BLOCK`]) scaled by `scales` (`[in, out / 32]`, row-major).
 pub(crate) fn rows_times_q8(x: Strided<'_>, q: Strided<'_, i8>, scales: &[f32]) -> Vec<f32> {
@@ -68,23 +72,8 @@ impl Task for Q8Bands<'_> {
         let per_row = self.d_out / Q8_BLOCK;
         let q_row = |i: usize| &q.row(0, 0, i)[first..first + width];
         let scale_row = |i: usize| &scales[i * per_row + first / Q8_BLOCK..][..width / Q8_BLOCK];
-        // Each group of four rows asks for the bytes and scales of the group two ahead: in the
-        // profile the loads were the hot instructions, and with this request `generate` decoded
-        // 36-41 tokens/s against 32-38 without (three runs each, alternated).
-        let ahead = |i: usize| {
-            if i < band.end {
-                let (q, scale) = (q_row(i), scale_row(i));
-                for line in (0..q.len()).step_by(64) {
-                    prefetch(q[line..].as_ptr());
-                }
-                for line in (0..scale.len()).step_by(16) {
-                    prefetch(scale[line..].as_ptr());
-                }
-            }
-        };
         let mut i = band.start;
         while i + 4 <= band.end {
-            (i + 8..i + 12).for_each(ahead);
             let q4 = [q_row(i), q_row(i + 1), q_row(i + 2), q_row(i + 3)];
             let s4 = [
                 scale_row(i),
@@ -92,6 +81,19 @@ impl Task for Q8Bands<'_> {
                 scale_row(i + 2),
                 scale_row(i + 3),
             ];
+            // The rows whose lines `axpy4` requests as it goes, a line per two blocks (these
+            // rows again past the band's end). Requested all at once, a group's worth of lines
+            // at the top of the loop, they filled the CPU's queue of misses and the loop waited
+            // on it: a 64 MB weight read at 11 GB/s, at 14 GB/s with no requests at all, and
+            // at 17-22 GB/s requested as the loop goes.
+            let later = |k: usize| match i + AHEAD + k < band.end {
+                true => (
+                    q_row(i + AHEAD + k).as_ptr(),
+                    scale_row(i + AHEAD + k).as_ptr(),
+                ),
+                false => (q4[k].as_ptr(), s4[k].as_ptr()),
+            };
+            let mut ahead = Some([0, 1, 2, 3].map(later));
             for r in 0..rows {
                 let x = &x.row(0, 0, r)[i..i + 4];
                 axpy4(
@@ -99,6 +101,7 @@ impl Task for Q8Bands<'_> {
                     [x[0], x[1], x[2], x[3]],
                     q4,
                     s4,
+                    ahead.take(),
                 );
             }
             i += 4;
@@ -119,15 +122,32 @@ impl Task for Q8Bands<'_> {
 
 /// `out += sum_k a[k] * scale[k][c / 32] * q[k][c]` over `out`'s length (a whole number of
 /// blocks; each `q[k]` as long, each `scale[k]` a scale per block), each term fused into the
-/// sum (`mul_add`: one instruction where the CPU has FMA).
+/// sum (`mul_add`: one instruction where the CPU has FMA). With `ahead` (the rows `AHEAD` on,
+/// and their scales), each block also requests the memory of theirs at the same columns.
 #[inline(always)]
-fn axpy4(out: &mut [f32], a: [f32; 4], q: [&[i8]; 4], scale: [&[f32]; 4]) {
+fn axpy4(
+    out: &mut [f32],
+    a: [f32; 4],
+    q: [&[i8]; 4],
+    scale: [&[f32]; 4],
+    ahead: Option<[(*const i8, *const f32); 4]>,
+) {
     let blocks = out.len() / Q8_BLOCK;
     let q = q.map(|q| &q[..blocks * Q8_BLOCK]);
     let scale = scale.map(|scale| &scale[..blocks]);
     for (b, out) in out.chunks_exact_mut(Q8_BLOCK).enumerate() {
         let s = [0, 1, 2, 3].map(|k| a[k] * scale[k][b]);
         let q = [0, 1, 2, 3].map(|k| &q[k][b * Q8_BLOCK..(b + 1) * Q8_BLOCK]);
+        if let Some(ahead) = ahead {
+            for (q, scale) in ahead {
+                if b % 2 == 0 {
+                    prefetch(q.wrapping_add(b * Q8_BLOCK));
+                }
+                if b % 16 == 0 {
+                    prefetch(scale.wrapping_add(b));
+                }
+            }
+        }
         // Fixed-length loops: the compiler widens a vector of bytes at a time.
         for c in 0..Q8_BLOCK {
             let mut sum = out[c];
@@ -177,6 +197,52 @@ pub(crate) fn q8_values(q: Strided<'_, i8>, scales: &[f32]) -> Vec<f32> {
     values
 }
 
+/// `w` (`[in, out]`, `out` a multiple of [`Q8_BLOCK`]) packed in
+/// [`q8_blocks`](super::q8_blocks) exactly as Burn packs it on flex (`quantize_dynamic`): for
+/// each block of 32 adjacent values the scale `2 max|x| / 254` (the smallest positive f32 where
+/// that is zero or not finite, or the block holds a NaN), each value `round(x * (1 / scale))`
+/// clamped to -127..=127. Returns the bytes, row-major, and the scales, `[in, out / 32]`.
+///
+/// One pass over each row, rows in parallel. Burn's takes the blocks' minima and maxima with
+/// tensor ops, then one loop on one thread that finds each value's block by a division: 2.3 s of
+/// the 3.8 s that SmolLM2-135M took to load in q8.
+pub(crate) fn quantize(w: Strided<'_>) -> (Vec<i8>, Vec<f32>) {
+    use rayon::prelude::*;
+    let [_, _, d_in, d_out] = w.shape;
+    assert_eq!(d_out % Q8_BLOCK, 0, "whole blocks of outputs");
+    let per_row = d_out / Q8_BLOCK;
+    let mut q = vec![0i8; d_in * d_out];
+    let mut scales = vec![0.0f32; d_in * per_row];
+    q.par_chunks_exact_mut(d_out.max(1))
+        .zip(scales.par_chunks_exact_mut(per_row.max(1)))
+        .enumerate()
+        .for_each(|(i, (q, scales))| {
+            let row = &w.row(0, 0, i)[..d_out];
+            for ((q, scale), x) in q
+                .chunks_exact_mut(Q8_BLOCK)
+                .zip(scales)
+                .zip(row.chunks_exact(Q8_BLOCK))
+            {
+                // Burn's block maximum and minimum keep a NaN, and so does its peak.
+                let peak = match x.iter().any(|x| x.is_nan()) {
+                    true => f32::NAN,
+                    false => x.iter().fold(0.0f32, |peak, x| peak.max(x.abs())),
+                };
+                // Burn's arithmetic to the rounding: twice the peak over the range's width.
+                let raw = 2.0 * peak / 254.0;
+                *scale = match raw > 0.0 && raw.is_finite() {
+                    true => raw,
+                    false => f32::MIN_POSITIVE,
+                };
+                let inverse = 1.0 / *scale;
+                for (q, &x) in q.iter_mut().zip(x) {
+                    *q = (x * inverse).round().clamp(-127.0, 127.0) as i8;
+                }
+            }
+        });
+    (q, scales)
+}
+
 /// The extension for each CPU backend: the packed bytes as a view, their scales, the product.
 #[cfg(feature = "flex")]
 pub(super) mod flex {
@@ -197,6 +263,14 @@ pub(super) mod flex {
             })
         });
         FlexTensor::from_data(TensorData::new(output, shape))
+    }
+
+    /// `weight` (`[in, out]`, f32) packed in [`q8_blocks`](crate::q8_blocks), as Burn packs it.
+    pub(crate) fn quantize_q8(weight: FlexTensor) -> FlexQTensor {
+        let ((q, scales), shape) =
+            flex_matrix(weight, |w| (super::quantize(w), [w.shape[2], w.shape[3]]));
+        let bytes = FlexTensor::from_data(TensorData::new(q, shape));
+        FlexQTensor::new(bytes, crate::q8_blocks(), scales, None)
     }
 
     /// The packed `weight`'s values, as a flex tensor `[in, out]` in f32.
