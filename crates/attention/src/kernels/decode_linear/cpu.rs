@@ -23,6 +23,12 @@ const TASK_FLOATS: usize = 1 << 15;
 /// of `[in, out]` bands stay a small fraction of the weight.
 const TASKS_PER_THREAD: usize = 4;
 
+/// How many rows of an `[in, out]` weight ahead of its loop a task requests memory as it goes:
+/// two groups of four (sixteen was slower for 8-bit blocks). A row's own line 2 KB on, as the
+/// float loops requested before, is mostly a line of the group's other rows at SmolLM2's widths
+/// (576 floats), already on its way: docs/performance.md has the figures.
+pub(super) const ROWS_AHEAD: usize = 8;
+
 /// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x` (a whole number
 /// of the packed pass's blocks of 32).
 const BLOCK_COLS: usize = 2048;
@@ -141,12 +147,20 @@ impl<W: WeightElement> Task for InputBands<'_, W> {
         let mut i = band.start;
         while i + 4 <= band.end {
             let w4 = [w_row(i), w_row(i + 1), w_row(i + 2), w_row(i + 3)];
+            // The rows whose lines `axpy4` requests as it goes (these rows again past the
+            // band's end), on the first row of `x` only.
+            let later = |k: usize| match i + ROWS_AHEAD + k < band.end {
+                true => w_row(i + ROWS_AHEAD + k).as_ptr(),
+                false => w4[k].as_ptr(),
+            };
+            let mut ahead = Some([0, 1, 2, 3].map(later));
             for r in 0..rows {
                 let x = &x.row(0, 0, r)[i..i + 4];
                 W::axpy4(
                     &mut out[r * block..r * block + width],
                     [x[0], x[1], x[2], x[3]],
                     w4,
+                    ahead.take(),
                 );
             }
             i += 4;

@@ -4,8 +4,9 @@
 //!
 //! bf16 is the top half of an f32: a shift, which the compiler vectorises. f16 has its own
 //! exponent: where the CPU has F16C (every x86-64 CPU with AVX2 but a few), eight at a time with
-//! `vcvtph2ps`; elsewhere one at a time through `half`. Every loop requests the weights a little
-//! ahead of where it reads ([`PREFETCH_BYTES`]).
+//! `vcvtph2ps`; elsewhere one at a time through `half`. Every loop requests the weights ahead of
+//! where it reads: `axpy4` the same columns of rows further on (its caller says which), `dot`
+//! its own row [`PREFETCH_BYTES`] on.
 
 use half::{bf16, f16};
 
@@ -13,8 +14,10 @@ use crate::kernels::prefetch::prefetch;
 
 /// The element of a weight, and the product's loops over a row of such weights.
 pub(crate) trait WeightElement: Copy + Sync {
-    /// `out += a[0] * w[0] + .. + a[3] * w[3]` (each `w[i]` at least as long as `out`).
-    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[Self]; 4]);
+    /// `out += a[0] * w[0] + .. + a[3] * w[3]` (each `w[i]` at least as long as `out`). With
+    /// `ahead` (the starts of four rows further on), each cache line of `out` also requests the
+    /// memory of theirs at the same columns.
+    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[Self]; 4], ahead: Option<[*const Self; 4]>);
 
     /// `out += a * w` (`w` at least as long as `out`).
     fn axpy(out: &mut [f32], a: f32, w: &[Self]);
@@ -23,27 +26,30 @@ pub(crate) trait WeightElement: Copy + Sync {
     fn dot(x: &[f32], w: &[Self]) -> f32;
 }
 
-/// How far ahead of the loops the weights are prefetched, in bytes. The prefetchers alone kept
-/// the f16 rows at two thirds of f32's bandwidth (too few loads in flight per instruction).
+/// How far ahead of [`WeightElement::dot`]'s loop its row is requested, in bytes. The
+/// prefetchers alone kept the f16 rows at two thirds of f32's bandwidth (too few loads in
+/// flight per instruction).
 const PREFETCH_BYTES: usize = 2048;
 
 /// [`WeightElement::axpy4`] for weights that `widen` reads as f32, a cache line of each row at
-/// a time with the line [`PREFETCH_BYTES`] ahead requested.
+/// a time, with the same line of each row of `ahead` requested.
 #[inline(always)]
 fn axpy4_with<T: Copy, const LINE: usize>(
     out: &mut [f32],
     a: [f32; 4],
     w: [&[T]; 4],
+    ahead: Option<[*const T; 4]>,
     widen: impl Fn(T) -> f32 + Copy,
 ) {
     let n = out.len();
     let w = w.map(|w| &w[..n]);
-    let ahead = PREFETCH_BYTES / size_of::<T>();
     let mut lines = out.chunks_exact_mut(LINE);
     for (k, out) in (&mut lines).enumerate() {
         let first = k * LINE;
-        for w in w {
-            prefetch(w.as_ptr().wrapping_add(first + ahead));
+        if let Some(ahead) = ahead {
+            for row in ahead {
+                prefetch(row.wrapping_add(first));
+            }
         }
         let [w0, w1, w2, w3] = w.map(|w| &w[first..first + LINE]);
         for c in 0..LINE {
@@ -94,8 +100,8 @@ fn dot_with<T: Copy, const LINE: usize>(x: &[f32], w: &[T], widen: impl Fn(T) ->
 
 impl WeightElement for f32 {
     #[inline(always)]
-    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[f32]; 4]) {
-        axpy4_with::<f32, 16>(out, a, w, |w| w);
+    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[f32]; 4], ahead: Option<[*const f32; 4]>) {
+        axpy4_with::<f32, 16>(out, a, w, ahead, |w| w);
     }
 
     #[inline(always)]
@@ -117,8 +123,8 @@ fn widen_bf16(w: bf16) -> f32 {
 
 impl WeightElement for bf16 {
     #[inline(always)]
-    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[bf16]; 4]) {
-        axpy4_with::<bf16, 32>(out, a, w, widen_bf16);
+    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[bf16]; 4], ahead: Option<[*const bf16; 4]>) {
+        axpy4_with::<bf16, 32>(out, a, w, ahead, widen_bf16);
     }
 
     #[inline(always)]
@@ -134,16 +140,16 @@ impl WeightElement for bf16 {
 
 impl WeightElement for f16 {
     #[inline(always)]
-    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[f16]; 4]) {
+    fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[f16]; 4], ahead: Option<[*const f16; 4]>) {
         let n = out.len();
         let w = w.map(|w| &w[..n]);
         #[cfg(target_arch = "x86_64")]
         if f16c::available() {
             // SAFETY: the CPU has AVX2 and F16C, checked just above.
             #[allow(unsafe_code)]
-            return unsafe { f16c::axpy4(out, a, w) };
+            return unsafe { f16c::axpy4(out, a, w, ahead) };
         }
-        axpy4_with::<f16, 32>(out, a, w, f16::to_f32);
+        axpy4_with::<f16, 32>(out, a, w, ahead, f16::to_f32);
     }
 
     #[inline(always)]
@@ -199,7 +205,12 @@ mod f16c {
     /// [`WeightElement::axpy4`](super::WeightElement::axpy4) for f16, every `w[i]` as long as
     /// `out`.
     #[target_feature(enable = "avx2,f16c")]
-    pub(super) fn axpy4(out: &mut [f32], a: [f32; 4], w: [&[f16]; 4]) {
+    pub(super) fn axpy4(
+        out: &mut [f32],
+        a: [f32; 4],
+        w: [&[f16]; 4],
+        ahead: Option<[*const f16; 4]>,
+    ) {
         let n = out.len();
         assert!(w.iter().all(|w| w.len() == n));
         let a8 = a.map(|a| _mm256_set1_ps(a));
@@ -225,8 +236,10 @@ mod f16c {
         // them, at two thirds of f32's bandwidth).
         let mut c = 0;
         while c + 32 <= n {
-            for w in w {
-                super::prefetch(w.as_ptr().wrapping_add(c + PREFETCH));
+            if let Some(ahead) = ahead {
+                for row in ahead {
+                    super::prefetch(row.wrapping_add(c));
+                }
             }
             step(out, c);
             step(out, c + 8);
@@ -239,7 +252,7 @@ mod f16c {
             c += 8;
         }
         // The last few, one at a time.
-        super::axpy4_with::<f16, 32>(&mut out[c..], a, w.map(|w| &w[c..]), f16::to_f32);
+        super::axpy4_with::<f16, 32>(&mut out[c..], a, w.map(|w| &w[c..]), None, f16::to_f32);
     }
 
     /// [`WeightElement::dot`](super::WeightElement::dot) for f16, `x` as long as `w`.

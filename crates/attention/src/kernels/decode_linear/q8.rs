@@ -7,13 +7,9 @@
 //! partial sums, four rows of the weight per pass, the bytes widened to f32 in registers.
 
 use super::Q8_BLOCK;
-use super::cpu::{Task, Tiles, tasks_for};
+use super::cpu::{ROWS_AHEAD, Task, Tiles, tasks_for};
 use crate::kernels::prefetch::prefetch;
 use crate::kernels::strided::Strided;
-
-/// How many rows of the weight ahead of the loop its requests for memory run: two groups of four.
-/// Sixteen was slower (a 64 MB weight at 14-16 GB/s against 17-22).
-const AHEAD: usize = 8;
 
 /// `[rows, out]` (row-major) of `x` (`[1, 1, rows, in]`) times the weight `q` (`[1, 1, in,
 /// out]`, `out` a multiple of [`Q8_BLOCK`]) scaled by `scales` (`[in, out / 32]`, row-major).
@@ -86,10 +82,10 @@ impl Task for Q8Bands<'_> {
             // at the top of the loop, they filled the CPU's queue of misses and the loop waited
             // on it: a 64 MB weight read at 11 GB/s, at 14 GB/s with no requests at all, and
             // at 17-22 GB/s requested as the loop goes.
-            let later = |k: usize| match i + AHEAD + k < band.end {
+            let later = |k: usize| match i + ROWS_AHEAD + k < band.end {
                 true => (
-                    q_row(i + AHEAD + k).as_ptr(),
-                    scale_row(i + AHEAD + k).as_ptr(),
+                    q_row(i + ROWS_AHEAD + k).as_ptr(),
+                    scale_row(i + ROWS_AHEAD + k).as_ptr(),
                 ),
                 false => (q4[k].as_ptr(), s4[k].as_ptr()),
             };
@@ -122,7 +118,7 @@ impl Task for Q8Bands<'_> {
 
 /// `out += sum_k a[k] * scale[k][c / 32] * q[k][c]` over `out`'s length (a whole number of
 /// blocks; each `q[k]` as long, each `scale[k]` a scale per block), each term fused into the
-/// sum (`mul_add`: one instruction where the CPU has FMA). With `ahead` (the rows `AHEAD` on,
+/// sum (`mul_add`: one instruction where the CPU has FMA). With `ahead` (the rows [`ROWS_AHEAD`] on,
 /// and their scales), each block also requests the memory of theirs at the same columns.
 #[inline(always)]
 fn axpy4(
