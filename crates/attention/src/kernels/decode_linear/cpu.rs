@@ -27,7 +27,17 @@ const TASKS_PER_THREAD: usize = 4;
 /// two groups of four (sixteen was slower for 8-bit blocks). A row's own line 2 KB on, as the
 /// float loops requested before, is mostly a line of the group's other rows at SmolLM2's widths
 /// (576 floats), already on its way: docs/performance.md has the figures.
-pub(super) const ROWS_AHEAD: usize = 8;
+const ROWS_AHEAD: usize = 8;
+
+/// The row whose lines row `i + k` of a group of four (`i` its first) requests as the loop goes:
+/// [`ROWS_AHEAD`] rows on, or past the band's `end` the row itself (lines read anyway).
+#[inline(always)]
+pub(super) fn row_ahead(i: usize, k: usize, end: usize) -> usize {
+    match i + ROWS_AHEAD + k < end {
+        true => i + ROWS_AHEAD + k,
+        false => i + k,
+    }
+}
 
 /// Columns of an `[in, out]` task at most: 8 KB of partial sums per row of `x` (a whole number
 /// of the packed pass's blocks of 32).
@@ -147,13 +157,8 @@ impl<W: WeightElement> Task for InputBands<'_, W> {
         let mut i = band.start;
         while i + 4 <= band.end {
             let w4 = [w_row(i), w_row(i + 1), w_row(i + 2), w_row(i + 3)];
-            // The rows whose lines `axpy4` requests as it goes (these rows again past the
-            // band's end), on the first row of `x` only.
-            let later = |k: usize| match i + ROWS_AHEAD + k < band.end {
-                true => w_row(i + ROWS_AHEAD + k).as_ptr(),
-                false => w4[k].as_ptr(),
-            };
-            let mut ahead = Some([0, 1, 2, 3].map(later));
+            // The rows whose lines `axpy4` requests as it goes, on the first row of `x` only.
+            let mut ahead = Some([0, 1, 2, 3].map(|k| w_row(row_ahead(i, k, band.end)).as_ptr()));
             for r in 0..rows {
                 let x = &x.row(0, 0, r)[i..i + 4];
                 W::axpy4(

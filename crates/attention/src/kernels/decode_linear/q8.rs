@@ -7,7 +7,7 @@
 //! partial sums, four rows of the weight per pass, the bytes widened to f32 in registers.
 
 use super::Q8_BLOCK;
-use super::cpu::{ROWS_AHEAD, Task, Tiles, tasks_for};
+use super::cpu::{Task, Tiles, row_ahead, tasks_for};
 use crate::kernels::prefetch::prefetch;
 use crate::kernels::strided::Strided;
 
@@ -82,12 +82,9 @@ impl Task for Q8Bands<'_> {
             // at the top of the loop, they filled the CPU's queue of misses and the loop waited
             // on it: a 64 MB weight read at 11 GB/s, at 14 GB/s with no requests at all, and
             // at 17-22 GB/s requested as the loop goes.
-            let later = |k: usize| match i + ROWS_AHEAD + k < band.end {
-                true => (
-                    q_row(i + ROWS_AHEAD + k).as_ptr(),
-                    scale_row(i + ROWS_AHEAD + k).as_ptr(),
-                ),
-                false => (q4[k].as_ptr(), s4[k].as_ptr()),
+            let later = |k: usize| {
+                let row = row_ahead(i, k, band.end);
+                (q_row(row).as_ptr(), scale_row(row).as_ptr())
             };
             let mut ahead = Some([0, 1, 2, 3].map(later));
             for r in 0..rows {
@@ -118,8 +115,8 @@ impl Task for Q8Bands<'_> {
 
 /// `out += sum_k a[k] * scale[k][c / 32] * q[k][c]` over `out`'s length (a whole number of
 /// blocks; each `q[k]` as long, each `scale[k]` a scale per block), each term fused into the
-/// sum (`mul_add`: one instruction where the CPU has FMA). With `ahead` (the rows [`ROWS_AHEAD`] on,
-/// and their scales), each block also requests the memory of theirs at the same columns.
+/// sum (`mul_add`: one instruction where the CPU has FMA). With `ahead` (the rows [`row_ahead`]
+/// gives, and their scales), each block also requests the memory of theirs at the same columns.
 #[inline(always)]
 fn axpy4(
     out: &mut [f32],
