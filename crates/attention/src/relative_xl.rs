@@ -278,7 +278,7 @@ mod tests {
             assert!(worst < 1e-4, "{worst}");
         }
     }
-    positional::for_each_backend!(cache_segments_and_whole_pass_agree);
+    positional::once!(cache_segments_and_whole_pass_agree);
 
     /// Segments with a memory shorter than the context: `forward_segment` handing on
     /// `new_mems`, and the KV cache cut to the last `mem_len` tokens after each segment
@@ -309,7 +309,7 @@ mod tests {
         assert!(largest(&by_segment, &by_cache) < 1e-4);
         assert!(largest(&by_segment, &whole) > 1e-3);
     }
-    positional::for_each_backend!(a_bounded_memory_is_the_cache_cut_to_it);
+    positional::once!(a_bounded_memory_is_the_cache_cut_to_it);
 
     /// The memory is detached: no gradient reaches the previous segment's inputs through it.
     fn gradients_stop_at_the_memory(device: &Device) {
@@ -336,11 +336,11 @@ mod tests {
             .unwrap();
         assert!(floats(&w_r.into_data()).iter().any(|g| g.abs() > 1e-6));
     }
-    positional::for_each_backend!(gradients_stop_at_the_memory);
+    positional::once!(gradients_stop_at_the_memory);
 
     #[test]
     fn bad_inputs_are_errors_naming_them() {
-        let device = Device::default();
+        let device = positional::testing::reference_device().1;
         let attention = attention(2, &device);
         let x = Tensor::<3>::zeros([1, 2, D_MODEL], &device);
         let narrow = Tensor::<3>::zeros([1, 2, 6], &device);

@@ -358,7 +358,8 @@ fn positions_past_i32_answer_or_name_the_field(device: &Device) {
         }
     });
 }
-for_each_backend!(positions_past_i32_answer_or_name_the_field);
+// Not WGPU: flex holds i32 as WGPU does, through the same checks.
+for_each_backend!(positions_past_i32_answer_or_name_the_field: ndarray, flex, tch);
 
 /// Sizes no machine holds, mixed with small ones: every module's configuration and every
 /// output it would allocate is an error naming the field (or a small module that answers),

@@ -30,7 +30,7 @@ Usage::
 
 The project's file is ``crates/models/tests/gguf/smollm2_tokens.json``, made from
 ``SmolLM2-135M-Instruct.Q4_1.gguf`` (``cargo xtask test-backends`` provisions it and names it in
-``SMOLLM2_GGUF`` for ``crates/models/tests/gguf_tokenizer.rs``)::
+``SMOLLM2_GGUF`` for ``crates/models/tests/integration/gguf_tokenizer.rs``)::
 
     <venv>/bin/python3 crates/conformance/generate/gguf_tokenizer.py generate \\
         $SMOLLM2_GGUF crates/models/tests/gguf/smollm2_tokens.json

@@ -466,7 +466,7 @@ impl MixtureOfExperts {
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Distribution, TensorData};
-    use positional::testing::{assert_close, floats, for_each_backend};
+    use positional::testing::{assert_close, floats, once};
 
     use super::*;
     use crate::mlp::linear_from_pytorch;
@@ -560,7 +560,7 @@ mod tests {
             .to_string();
         assert!(err.contains("`num_experts_per_tok` = 5"), "{err}");
     }
-    for_each_backend!(experts_match_a_token_by_token_loop);
+    once!(experts_match_a_token_by_token_loop);
 
     /// Llama 4's block against its definition on the host: each token's top-k scores through a
     /// sigmoid scale the input of those experts (`silu(gate) * up`, gate columns first, no
@@ -673,7 +673,7 @@ mod tests {
             .to_string();
         assert!(err.contains("`router.bias`"), "{err}");
     }
-    for_each_backend!(llama4_experts_match_a_token_by_token_loop);
+    once!(llama4_experts_match_a_token_by_token_loop);
 
     /// DeepSeek V3's router against transformers' `DeepseekV3TopkRouter` written out on the
     /// host: biased scores rank groups by their two best, the best groups' best experts are
@@ -744,7 +744,7 @@ mod tests {
             assert_close(&block.routing(x).into_data(), &want, 1e-5);
         }
     }
-    for_each_backend!(deepseek_routing_matches_transformers_router);
+    once!(deepseek_routing_matches_transformers_router);
 
     #[test]
     fn deepseek_routing_sizes_are_checked() {

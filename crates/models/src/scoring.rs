@@ -51,7 +51,7 @@ pub fn perplexity(log_probs: impl IntoIterator<Item = f64>) -> Option<f64> {
 mod tests {
     use super::*;
     use burn::tensor::{Device, TensorData};
-    use positional::testing::{for_each_backend, names_a_field};
+    use positional::testing::{names_a_field, once};
 
     /// The log-softmax gathered at each target equals its definition computed on the host in f64,
     /// `logit[target] - ln(sum(exp(logit)))`.
@@ -79,7 +79,7 @@ mod tests {
             assert!((got as f64 - expected).abs() < 1e-5, "{got} vs {expected}");
         }
     }
-    for_each_backend!(log_probs_equal_the_definition);
+    once!(log_probs_equal_the_definition);
 
     fn bad_targets_are_errors(device: &Device) {
         let logits = Tensor::<3>::zeros([1, 2, 4], device);
@@ -94,7 +94,7 @@ mod tests {
             "{error}"
         );
     }
-    for_each_backend!(bad_targets_are_errors);
+    once!(bad_targets_are_errors);
 
     #[test]
     fn perplexity_is_the_exponential_of_the_mean_negative_log_probability() {

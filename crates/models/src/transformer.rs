@@ -949,7 +949,7 @@ fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, M
 #[cfg(test)]
 pub(crate) mod tests {
     use attention::{MultiHeadAttentionConfig, PositionalScheme};
-    use positional::testing::{assert_close, floats, for_each_backend};
+    use positional::testing::{assert_close, floats, for_each_backend, once};
 
     use super::*;
     use crate::mlp::{Activation, MlpConfig};
@@ -1076,7 +1076,7 @@ pub(crate) mod tests {
         let rope = |i: usize| model.blocks[i].attention.rope().unwrap().config().theta;
         assert_eq!([rope(0), rope(1), rope(3)], [1e4, 1e6, 1e4]);
     }
-    for_each_backend!(shared_rotary_angles_equal_each_layer_s_own);
+    once!(shared_rotary_angles_equal_each_layer_s_own);
 
     /// A model whose RoPE scaling is replaced gives the logits of the same weights in a model
     /// built with that scaling, keeps each layer's theta, and refuses a model without RoPE.
@@ -1134,7 +1134,7 @@ pub(crate) mod tests {
         let error = no_rope.try_with_rope_scaling(None).unwrap_err();
         assert!(error.to_string().contains("no layer uses RoPE"), "{error}");
     }
-    for_each_backend!(replaced_rope_scaling_equals_a_model_built_with_it);
+    once!(replaced_rope_scaling_equals_a_model_built_with_it);
 
     /// The head of the hidden states `try_hidden_cached` gives is the logits of
     /// `try_forward_cached`, with a tied embedding, a logit scale and a final soft-cap too; an
@@ -1172,7 +1172,7 @@ pub(crate) mod tests {
             .unwrap_err();
         assert!(error.to_string().contains("no head"), "{error}");
     }
-    for_each_backend!(head_of_hidden_states_is_the_logits);
+    once!(head_of_hidden_states_is_the_logits);
 
     /// The ALiBi bias a model computes once per setting at explicit positions gives what each
     /// layer computes for itself: two settings (two `max_bias`) and a windowed layer, which
@@ -1228,7 +1228,7 @@ pub(crate) mod tests {
             assert_close(&shared.into_data(), &want, 1e-5);
         }
     }
-    for_each_backend!(shared_alibi_bias_equals_each_layer_s_own);
+    once!(shared_alibi_bias_equals_each_layer_s_own);
 
     /// `generate`'s call returns the last position's logits of what a cached forward returns
     /// for every position, from a prompt and then a step.
@@ -1250,5 +1250,5 @@ pub(crate) mod tests {
             assert_close(&got.into_data(), &floats(&want.into_data()), 1e-6);
         }
     }
-    for_each_backend!(generation_step_returns_the_last_position_s_logits);
+    once!(generation_step_returns_the_last_position_s_logits);
 }

@@ -250,7 +250,7 @@ mod tests {
     use attention::PositionalScheme;
     use burn::tensor::{Device, Int};
     use positional::RotaryEncodingConfig;
-    use positional::testing::{assert_close, floats, for_each_backend};
+    use positional::testing::{assert_close, floats, for_each_backend, once};
 
     use super::*;
     use crate::block::{BlockConfig, BlockLayout, FeedForwardConfig};
@@ -453,7 +453,7 @@ mod tests {
         assert!(err.contains("`weights` = \"bf16\""), "{err}");
         assert!(err.contains("computes in F16"), "{err}");
     }
-    for_each_backend!(narrowing_reads_the_computing_type_from_the_norms);
+    once!(narrowing_reads_the_computing_type_from_the_norms);
 
     /// Casts every float parameter.
     struct CastAll(DType);

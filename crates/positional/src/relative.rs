@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn bad_configurations_are_errors() {
-        let device = Device::default();
+        let device = crate::testing::reference_device().1;
         let err = RelativePositionBiasConfig::new(0)
             .try_init(&device)
             .unwrap_err();

@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn bad_configs_and_far_positions_are_errors_naming_them() {
-        let device = Device::default();
+        let device = crate::testing::reference_device().1;
         let field = |config: XposConfig| match config.try_init(&device) {
             Err(PositionalError::InvalidConfig { field, .. }) => field,
             other => panic!("expected a config error, got {other:?}"),

@@ -171,6 +171,10 @@ mod tests {
             device: &Device,
             attend: impl Fn(Tensor<4>, Tensor<4>, Tensor<4>, &Alibi, f64, bool) -> Tensor<4>,
         ) {
+            // Inputs drawn and the reference computed on the CPU, the inputs copied to `device`:
+            // on WGPU each op of the reference (and each draw) would compile kernels of its own
+            // on lavapipe for every shape, minutes in all, where the kernel is what is tested.
+            let host = positional::testing::reference_device().1;
             for head_dim in [64, 6] {
                 for (q_len, k_len) in [(37, 37), (5, 40), (1, 9), (200, 300)] {
                     for causal in [false, true] {
@@ -179,22 +183,34 @@ mod tests {
                             Tensor::<4>::random(
                                 [2, len, heads, head_dim],
                                 Distribution::Normal(0.0, 1.0),
-                                device,
+                                &host,
                             )
-                            .swap_dims(1, 2)
                         };
                         let (q, k, v) = (random(q_len), random(k_len), random(k_len));
-                        let alibi = AlibiConfig::new(heads).init(device);
                         let scale = (head_dim as f64).sqrt().recip();
                         let want = reference(
-                            q.clone(),
-                            k.clone(),
-                            v.clone(),
-                            alibi.bias(k_len - q_len, q_len, 0, k_len),
+                            q.clone().swap_dims(1, 2),
+                            k.clone().swap_dims(1, 2),
+                            v.clone().swap_dims(1, 2),
+                            AlibiConfig::new(heads).init(&host).bias(
+                                k_len - q_len,
+                                q_len,
+                                0,
+                                k_len,
+                            ),
                             scale,
                             causal,
                         );
-                        let got = attend(q, k, v, &alibi, scale, causal);
+                        let on_device = |t: Tensor<4>| t.to_device(device).swap_dims(1, 2);
+                        let alibi = AlibiConfig::new(heads).init(device);
+                        let got = attend(
+                            on_device(q),
+                            on_device(k),
+                            on_device(v),
+                            &alibi,
+                            scale,
+                            causal,
+                        );
                         // Each key adds its roundings to an online softmax's running sums (the
                         // WGPU kernel), in another order than the two-pass reference's, so the two
                         // drift apart like the square root of the keys: up to 8e-7 at 40 keys and

@@ -184,25 +184,30 @@ mod tests {
     /// swapped axes as the module does.
     fn equals_the_reference(device: &Device) {
         assert!(available(&Tensor::<4>::zeros([1, 1, 1, 1], device)));
+        // Inputs drawn and the reference computed on the CPU, the inputs copied to `device`: on
+        // WGPU each op of the reference (and each draw) would compile kernels of its own on
+        // lavapipe for every shape, minutes in all, where the pass is what is tested.
+        let host = positional::testing::reference_device().1;
         let normal =
-            |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), device);
+            |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &host);
         for (heads, kv_heads) in [(3, 3), (8, 2)] {
             for head_dim in [64, 40, 6] {
                 for k_len in [1, 9, 700] {
                     let batch = 2;
-                    let q = normal([batch, 1, heads, head_dim]).swap_dims(1, 2);
+                    let q = normal([batch, 1, heads, head_dim]);
                     // Rows 3 .. 3 + k_len of storage with rows around them, read where they
                     // are (as the cache hands them over) and, for the reference, narrowed.
                     let (k_storage, v_storage) = (
                         normal([batch, kv_heads, k_len + 5, head_dim]),
                         normal([batch, kv_heads, k_len + 5, head_dim]),
                     );
-                    let k = k_storage.clone().narrow(2, 3, k_len);
-                    let v = v_storage.clone().narrow(2, 3, k_len);
+                    let (k, v) = (
+                        k_storage.clone().narrow(2, 3, k_len),
+                        v_storage.clone().narrow(2, 3, k_len),
+                    );
                     let slopes =
-                        Tensor::<1>::random([heads], Distribution::Uniform(0.0, 0.5), device);
-                    let sinks =
-                        Tensor::<1>::random([heads], Distribution::Normal(0.0, 2.0), device);
+                        Tensor::<1>::random([heads], Distribution::Uniform(0.0, 0.5), &host);
+                    let sinks = Tensor::<1>::random([heads], Distribution::Normal(0.0, 2.0), &host);
                     let scale = (head_dim as f64).sqrt().recip();
                     for (with_slopes, with_sinks, softcap) in [
                         (false, false, None),
@@ -214,7 +219,7 @@ mod tests {
                         let slopes = with_slopes.then(|| slopes.clone());
                         let sinks = with_sinks.then(|| sinks.clone());
                         let want = reference(
-                            q.clone(),
+                            q.clone().swap_dims(1, 2),
                             k.clone(),
                             v.clone(),
                             slopes.clone(),
@@ -222,13 +227,14 @@ mod tests {
                             scale,
                             softcap,
                         );
+                        let on_device = |t: &Tensor<4>| t.clone().to_device(device);
                         let got = decode_attention(
-                            q.clone(),
-                            k_storage.clone(),
-                            v_storage.clone(),
+                            on_device(&q).swap_dims(1, 2),
+                            on_device(&k_storage),
+                            on_device(&v_storage),
                             3..3 + k_len,
-                            slopes,
-                            sinks,
+                            slopes.map(|s| s.to_device(device)),
+                            sinks.map(|s| s.to_device(device)),
                             scale,
                             softcap,
                         );

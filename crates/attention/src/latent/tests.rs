@@ -1,3 +1,7 @@
+//! Multi-head latent attention against itself and its references on the CPU backends and
+//! LibTorch. Not WGPU: latent attention is Burn's ops there, with no kernel of its own; the
+//! conformance matrix runs DeepSeek-V3's checkpoint on WGPU.
+
 use burn::tensor::{Device, Distribution, Int, TensorData};
 use positional::testing::{assert_close, floats};
 use positional::{RopeLayout, for_each_backend};
@@ -71,7 +75,7 @@ fn absorbed_path_equals_expanded_path(device: &Device) {
         }
     }
 }
-for_each_backend!(absorbed_path_equals_expanded_path);
+for_each_backend!(absorbed_path_equals_expanded_path: ndarray, flex, tch);
 
 /// A prompt and single tokens through the cache give the whole pass's outputs; the cache holds
 /// `kv_rank + rope_dim` floats per token, and decoding steps take the absorbed form.
@@ -98,7 +102,7 @@ fn cached_steps_equal_one_pass(device: &Device) {
         );
     }
 }
-for_each_backend!(cached_steps_equal_one_pass);
+for_each_backend!(cached_steps_equal_one_pass: ndarray, flex, tch);
 
 /// Multi-head latent attention written out on the host in f64 from the module's weights, as
 /// transformers' `DeepseekV3Attention` computes it (`rope_interleave` pairs `(2j, 2j + 1)`,
@@ -228,7 +232,7 @@ fn both_paths_match_a_host_reference(device: &Device) {
         }
     }
 }
-for_each_backend!(both_paths_match_a_host_reference);
+for_each_backend!(both_paths_match_a_host_reference: ndarray, flex, tch);
 
 /// Gradients reach the input through both forms, finite under left padding.
 fn gradients_are_finite_through_both_paths(device: &Device) {
@@ -246,11 +250,11 @@ fn gradients_are_finite_through_both_paths(device: &Device) {
         assert!(grad.iter().any(|v| *v != 0.0), "{path:?}");
     }
 }
-for_each_backend!(gradients_are_finite_through_both_paths);
+for_each_backend!(gradients_are_finite_through_both_paths: ndarray, flex, tch);
 
 #[test]
 fn invalid_configurations_and_inputs_are_errors() {
-    let device = Device::default();
+    let device = positional::testing::reference_device().1;
     let rope = || RotaryEncodingConfig::new(4);
     let cases = [
         (
@@ -302,7 +306,7 @@ fn invalid_configurations_and_inputs_are_errors() {
 /// query given in the other form than the configuration's is an error naming it.
 #[test]
 fn pytorch_weights_are_loaded_transposed_and_checked() {
-    let device = Device::default();
+    let device = positional::testing::reference_device().1;
     let module = config(Some(5), RopeLayout::Interleaved).init(&device);
     let linear = |linear: &Linear| LinearWeights {
         weight: linear.weight.val().transpose(),

@@ -36,7 +36,7 @@ pub fn load_attention_safetensors(
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Device, Distribution, Tensor};
-    use positional::for_each_backend;
+    use positional::testing::once;
     use positional::testing::{assert_close, floats};
 
     use super::load_attention_safetensors;
@@ -141,5 +141,5 @@ mod tests {
         assert!(err.to_string().contains("q_proj.bias"), "{err}");
         std::fs::remove_file(&path).unwrap();
     }
-    for_each_backend!(loads_hugging_face_names_in_pytorch_layout);
+    once!(loads_hugging_face_names_in_pytorch_layout);
 }

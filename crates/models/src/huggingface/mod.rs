@@ -238,7 +238,7 @@ pub fn load_learned_positions(
 mod tests {
     use attention::LinearWeights;
     use burn::tensor::{Distribution, Tensor, TensorData};
-    use positional::for_each_backend;
+    use positional::testing::once;
     use positional::testing::{assert_close, floats};
 
     use super::*;
@@ -369,7 +369,7 @@ mod tests {
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }
-    for_each_backend!(loads_qwen2_in_f32_and_bf16);
+    once!(loads_qwen2_in_f32_and_bf16);
 
     fn missing_extra_and_misshapen_tensors_are_errors(device: &Device) {
         let dir = scratch("qwen2-broken");
@@ -403,7 +403,7 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
-    for_each_backend!(missing_extra_and_misshapen_tensors_are_errors);
+    once!(missing_extra_and_misshapen_tensors_are_errors);
 
     /// Phi-3's concatenated `qkv_proj`, GPT-NeoX's per-head `query_key_value` and GPT-2's
     /// `Conv1D` `c_attn` split into the projections their models compute.
@@ -564,7 +564,7 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }
-    for_each_backend!(fused_layouts_split_as_their_families_do);
+    once!(fused_layouts_split_as_their_families_do);
 
     fn gpt2_position_table_loads(device: &Device) {
         let dir = scratch("gpt2-wpe");
@@ -595,7 +595,7 @@ mod tests {
         assert!(err.contains("has no position table"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
-    for_each_backend!(gpt2_position_table_loads);
+    once!(gpt2_position_table_loads);
 
     #[test]
     fn bad_configurations_name_the_field() {

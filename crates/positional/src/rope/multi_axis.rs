@@ -404,7 +404,7 @@ mod tests {
 
     #[test]
     fn bad_configs_and_positions_are_errors_naming_them() {
-        let device = Device::default();
+        let device = crate::testing::reference_device().1;
         let field = |config: MultiAxisRopeConfig| match config.try_init(&device) {
             Err(PositionalError::InvalidConfig { field, .. }) => field,
             other => panic!("expected a config error, got {other:?}"),

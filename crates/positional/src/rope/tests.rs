@@ -3,7 +3,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use proptest::prelude::*;
 
 use super::*;
-use crate::testing::{assert_close, floats, for_each_backend};
+use crate::testing::{assert_close, floats, for_each_backend, once};
 
 /// The tests' shorthand for rotating one tensor from a start: `try_angles(start, seq)` then
 /// `try_apply(x)`, exactly what `try_forward` does to each of q and k.
@@ -171,7 +171,7 @@ fn record_holds_nothing_and_reload_rebuilds_tables(device: &Device) {
     let want = rope.apply(x.clone(), 5).into_data();
     assert_close(&reloaded.apply(x, 5).into_data(), &floats(&want), 0.0);
 }
-for_each_backend!(record_holds_nothing_and_reload_rebuilds_tables);
+once!(record_holds_nothing_and_reload_rebuilds_tables);
 
 #[test]
 fn moves_between_devices() {
@@ -196,7 +196,7 @@ fn moves_between_devices() {
 
 #[test]
 fn invalid_configs_name_field_and_value() {
-    let device = Device::default();
+    let device = crate::testing::reference_device().1;
     // YaRN 4x over 64 positions with `edit(beta_fast, mscale, mscale_all_dim, factor)` applied.
     type YarnEdit = fn(&mut Option<f64>, &mut Option<f64>, &mut Option<f64>, &mut Option<f64>);
     let yarn = |edit: YarnEdit| {
@@ -343,7 +343,7 @@ fn invalid_inputs_are_errors(device: &Device) {
         "{err}"
     );
 }
-for_each_backend!(invalid_inputs_are_errors);
+once!(invalid_inputs_are_errors);
 
 /// Strategies shared by the property tests: small shapes, even rotary widths.
 fn rope_setup() -> impl Strategy<Value = (RotaryEncodingConfig, [usize; 4], usize)> {
@@ -374,7 +374,7 @@ fn rope_setup() -> impl Strategy<Value = (RotaryEncodingConfig, [usize; 4], usiz
 
 fn property_cases() -> ProptestConfig {
     // Every new shape compiles new kernels on WGPU: keep the count modest.
-    ProptestConfig::with_cases(24)
+    crate::testing::proptest_config(24)
 }
 
 fn fast_path_equals_reference_and_keeps_norms(device: &Device) {
@@ -582,7 +582,7 @@ fn attention_factors_out_of_range_are_errors(device: &Device) {
         "{err}"
     );
 }
-for_each_backend!(attention_factors_out_of_range_are_errors);
+once!(attention_factors_out_of_range_are_errors);
 
 /// Angles for more positions than the host can hold are an error naming the input, not an
 /// aborted allocation.

@@ -139,7 +139,7 @@ fn context_scaling() -> Result {
 
 /// The `rust` blocks of README.md, in order.
 fn readme_blocks() -> Vec<String> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     readme
         .split("```rust\n")
         .skip(1)

@@ -7,8 +7,7 @@ use models::huggingface::{HuggingFaceConfig, architecture};
 use models::{FeedForwardConfig, Routing, SelfAttentionConfig, TransformerConfig};
 use serde_json::{Map, Value, json};
 
-mod common;
-use common::checkpoint;
+use crate::common::checkpoint;
 
 fn reference_config(family: &str) -> Map<String, Value> {
     let text = std::fs::read_to_string(checkpoint(family).join("config.json")).unwrap();

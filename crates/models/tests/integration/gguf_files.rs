@@ -7,10 +7,9 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use models::gguf::{GgufFile, Value};
 use models::{ModelInputs, from_gguf, from_pretrained};
-use positional::testing::{assert_close, floats, for_each_backend};
+use positional::testing::{assert_close, floats, once};
 
-mod common;
-use common::{Tensors, read_safetensors, write_safetensors};
+use crate::common::{Tensors, read_safetensors, write_safetensors};
 
 /// One tensor to write: name, ggml type id, ggml dims (`ne`, fastest first), data.
 struct GgufTensor {
@@ -313,7 +312,7 @@ fn llama_gguf_loads_as_its_hugging_face_directory(device: &Device) {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-for_each_backend!(llama_gguf_loads_as_its_hugging_face_directory);
+once!(llama_gguf_loads_as_its_hugging_face_directory);
 
 fn error_of(bytes: &[u8], name: &str, device: &Device) -> String {
     let dir = scratch(name);
@@ -424,7 +423,7 @@ fn broken_files_are_errors_naming_the_key_or_tensor(device: &Device) {
     let error = error_of(&extra, "extra", device);
     assert!(error.contains("blk.0.attn_sinks.weight"), "{error}");
 }
-for_each_backend!(broken_files_are_errors_naming_the_key_or_tensor);
+once!(broken_files_are_errors_naming_the_key_or_tensor);
 
 /// The header reader's view of the tiny file: version, metadata, shapes in both orders.
 #[test]

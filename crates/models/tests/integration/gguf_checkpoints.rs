@@ -8,11 +8,10 @@ use std::path::PathBuf;
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use models::{ModelInputs, from_gguf, from_pretrained};
-use positional::testing::{assert_close, floats, for_each_backend};
+use positional::testing::{assert_close, floats, once};
 use serde_json::{Map, Value, json};
 
-mod common;
-use common::checkpoint;
+use crate::common::checkpoint;
 
 /// What a family's GGUF file cannot hold, as the config edit that gives llama.cpp's model.
 fn gguf_semantics(family: &str, config: &mut Map<String, Value>) {
@@ -149,4 +148,4 @@ fn every_converted_checkpoint_loads_as_its_directory(device: &Device) {
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
-for_each_backend!(every_converted_checkpoint_loads_as_its_directory);
+once!(every_converted_checkpoint_loads_as_its_directory);

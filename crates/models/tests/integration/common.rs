@@ -1,9 +1,6 @@
 //! What the integration tests share: the repository's reference checkpoints, and a reader and
 //! writer of safetensors files to break them with.
 
-// Each test binary uses its own part of this module.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};

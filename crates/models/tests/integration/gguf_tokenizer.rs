@@ -29,7 +29,8 @@ fn smollm2_matches_the_reference() {
     });
     let file = GgufFile::open(&path).unwrap();
     let tokenizer = tokenizer(&file.metadata).unwrap();
-    let reference: Json = serde_json::from_str(include_str!("gguf/smollm2_tokens.json")).unwrap();
+    let reference: Json =
+        serde_json::from_str(include_str!("../gguf/smollm2_tokens.json")).unwrap();
     let cases = reference["cases"].as_array().unwrap();
     assert!(
         cases.len() >= 300,
