@@ -95,58 +95,56 @@ mod tests {
     /// wider storage, over shapes of a few values and of many tasks, and values from far below
     /// the origin (where both activations vanish) to far above (where they are `x`).
     fn equals_burns_functions(device: &Device) {
-        {
-            let name = &format!("{device:?}");
-            let device = device.clone();
-            let normal = |shape: [usize; 3], std: f64| {
-                Tensor::<3>::random(shape, Distribution::Normal(0.0, std), &device)
-            };
-            for activation in [PassActivation::Silu, PassActivation::GeluTanh] {
-                for (shape, std) in [([1, 3, 5], 1.0), ([2, 333, 67], 4.0), ([1, 8, 9000], 40.0)] {
-                    let x = normal(shape, std);
-                    let up = normal(shape, 1.0);
-                    let [b, s, f] = shape;
-                    let transposed = normal([b, f, s], std).swap_dims(1, 2);
-                    let band = normal([b, s, f + 7], std).narrow(2, 3, f);
-                    for (form, x) in [
-                        ("contiguous", x),
-                        ("transposed", transposed),
-                        ("band", band),
-                    ] {
-                        let context = format!("{name}, {activation:?}, {shape:?}, {form}");
-                        let values = x.clone().into_data();
-                        let want = reference(activation, x.clone(), Some(up.clone()));
-                        let got = fused_activation(activation, x.clone(), Some(up.clone()));
-                        assert_eq!(got.dims(), shape, "{context}");
-                        let times_up = (x.clone() * up.clone()).abs().into_data();
-                        assert_close_to(&got.into_data(), &want.into_data(), &times_up, &context);
-                        let want = reference(activation, x.clone(), None);
-                        let got = fused_activation(activation, x.clone(), None);
-                        assert_close_to(&got.into_data(), &want.into_data(), &values, &context);
-                        // The input is left as it was where another tensor holds it.
-                        let before = floats(&x.clone().into_data());
-                        let _ = fused_activation(activation, x.clone(), Some(up.clone()));
-                        assert_eq!(floats(&x.into_data()), before, "{context}: input written");
-                    }
+        let name = &format!("{device:?}");
+        let device = device.clone();
+        let normal = |shape: [usize; 3], std: f64| {
+            Tensor::<3>::random(shape, Distribution::Normal(0.0, std), &device)
+        };
+        for activation in [PassActivation::Silu, PassActivation::GeluTanh] {
+            for (shape, std) in [([1, 3, 5], 1.0), ([2, 333, 67], 4.0), ([1, 8, 9000], 40.0)] {
+                let x = normal(shape, std);
+                let up = normal(shape, 1.0);
+                let [b, s, f] = shape;
+                let transposed = normal([b, f, s], std).swap_dims(1, 2);
+                let band = normal([b, s, f + 7], std).narrow(2, 3, f);
+                for (form, x) in [
+                    ("contiguous", x),
+                    ("transposed", transposed),
+                    ("band", band),
+                ] {
+                    let context = format!("{name}, {activation:?}, {shape:?}, {form}");
+                    let values = x.clone().into_data();
+                    let want = reference(activation, x.clone(), Some(up.clone()));
+                    let got = fused_activation(activation, x.clone(), Some(up.clone()));
+                    assert_eq!(got.dims(), shape, "{context}");
+                    let times_up = (x.clone() * up.clone()).abs().into_data();
+                    assert_close_to(&got.into_data(), &want.into_data(), &times_up, &context);
+                    let want = reference(activation, x.clone(), None);
+                    let got = fused_activation(activation, x.clone(), None);
+                    assert_close_to(&got.into_data(), &want.into_data(), &values, &context);
+                    // The input is left as it was where another tensor holds it.
+                    let before = floats(&x.clone().into_data());
+                    let _ = fused_activation(activation, x.clone(), Some(up.clone()));
+                    assert_eq!(floats(&x.into_data()), before, "{context}: input written");
                 }
-                // The extremes: zero, a NaN, and values where `e^-x` leaves float32's range.
-                let edges = [
-                    0.0,
-                    -0.0,
-                    1e-30,
-                    -200.0,
-                    -90.0,
-                    -88.0,
-                    88.0,
-                    90.0,
-                    1e30,
-                    f32::NAN,
-                ];
-                let x = Tensor::<1>::from_floats(edges, &device);
-                let want = reference(activation, x.clone(), None);
-                let got = fused_activation(activation, x.clone(), None);
-                assert_close_to(&got.into_data(), &want.into_data(), &x.into_data(), name);
             }
+            // The extremes: zero, a NaN, and values where `e^-x` leaves float32's range.
+            let edges = [
+                0.0,
+                -0.0,
+                1e-30,
+                -200.0,
+                -90.0,
+                -88.0,
+                88.0,
+                90.0,
+                1e30,
+                f32::NAN,
+            ];
+            let x = Tensor::<1>::from_floats(edges, &device);
+            let want = reference(activation, x.clone(), None);
+            let got = fused_activation(activation, x.clone(), None);
+            assert_close_to(&got.into_data(), &want.into_data(), &x.into_data(), name);
         }
     }
     for_each_backend!(equals_burns_functions: ndarray, flex);
