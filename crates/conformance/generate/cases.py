@@ -202,8 +202,13 @@ def validate_rope_config(config, positions):
         # the NTK base is raised to rotary_dim / (rotary_dim - 2)
         require(rotary_dim > 2, "dynamic scaling needs rotary_dim > 2")
     if kind == "llama3":
+        # transformers divides the original length by each (Python raises on zero) and only
+        # warns when high is not above low, computing every frequency all the same.
         low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
-        require(0 < low < high, "llama3 needs 0 < low_freq_factor < high_freq_factor")
+        require(
+            all(math.isfinite(f) and f != 0 for f in (low, high)),
+            "llama3 needs finite nonzero low_freq_factor and high_freq_factor",
+        )
     if kind == "longrope":
         for key in ("short_factor", "long_factor"):
             require(len(scaling[key]) == rotary_dim // 2, f"{key} must hold rotary_dim/2 values")

@@ -217,13 +217,6 @@ pub fn multi_axis_rope_config(
             "is not implemented with mrope_section (M-RoPE turns at the default frequencies)",
         ));
     }
-    if rope.rotary_dim() != rope.head_dim {
-        return Err(ModelError::config(
-            "partial_rotary_factor",
-            rope.rotary_dim() as f64 / rope.head_dim as f64,
-            "must be 1 with mrope_section: every pair of the head turns with a component",
-        ));
-    }
     let qwen3_vl = [config.model_type(), text.model_type()]
         .iter()
         .any(|t| t.starts_with("qwen3_vl"));
@@ -231,7 +224,11 @@ pub fn multi_axis_rope_config(
         true => MultiAxisMode::MropeInterleaved { mrope_section },
         false => MultiAxisMode::Mrope { mrope_section },
     };
-    let multi_axis = MultiAxisRopeConfig::new(rope.head_dim, mode).with_theta(rope.theta);
+    // A partial rotary factor (Qwen3.5: 0.25) turns the first features only; the sections then
+    // count the pairs of those.
+    let multi_axis = MultiAxisRopeConfig::new(rope.head_dim, mode)
+        .with_theta(rope.theta)
+        .with_rotary_dim((rope.rotary_dim() != rope.head_dim).then(|| rope.rotary_dim()));
     multi_axis.validate()?;
     Ok(Some(multi_axis))
 }
@@ -556,6 +553,32 @@ mod tests {
         assert!(error.unwrap_err().to_string().contains("rope_type"));
     }
 
+    /// Qwen3.5's reference config: interleaved M-RoPE sections over a quarter of each head
+    /// (`partial_rotary_factor` 0.25 inside `rope_parameters`), the rest passing through.
+    #[test]
+    fn partial_mrope_turns_the_first_quarter_of_the_head() {
+        let json = r#"{"model_type": "qwen3_5_text", "head_dim": 32, "hidden_size": 64,
+            "num_attention_heads": 4, "rope_parameters": {"mrope_interleaved": true,
+            "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.25, "rope_theta": 10000.0,
+            "rope_type": "default"}}"#;
+        let config = multi_axis_rope_config(&HuggingFaceConfig::from_json(json).unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!((config.head_dim, config.rotary_dim()), (32, 8));
+        assert_eq!(
+            config.mode,
+            MultiAxisMode::MropeInterleaved {
+                mrope_section: vec![2, 1, 1]
+            }
+        );
+        // The ladder of the 8 rotating features: theta^(-2j / 8).
+        assert_eq!(config.inv_freq(), default_inv_freq(10_000.0, 8));
+        // Sections that do not cover the rotating pairs are an error naming them.
+        let wide = json.replace("[2, 1, 1]", "[8, 4, 4]");
+        let error = multi_axis_rope_config(&HuggingFaceConfig::from_json(&wide).unwrap());
+        assert!(error.unwrap_err().to_string().contains("mrope_section"));
+    }
+
     /// Gemma 3's `rope_parameters`: one dict per layer type.
     const GEMMA3: &str = r#"{"model_type": "gemma3_text", "hidden_size": 64, "head_dim": 16,
         "num_attention_heads": 4, "max_position_embeddings": 256,
@@ -654,6 +677,43 @@ mod tests {
                 original_max_position_embeddings: 8192,
             })
         );
+    }
+
+    /// Llama 4 Scout's text config: `low_freq_factor` equal to `high_freq_factor` (1.0 and 1.0),
+    /// which transformers loads and computes (no wavelength lies between the bounds, so none
+    /// is smoothed): the wavelengths past 8,192 positions are stretched 16 times, the rest kept.
+    #[test]
+    fn llama_4_scout_reads_llama3_scaling_with_equal_factors() {
+        let config = read(
+            r#"{"model_type": "llama4_text", "hidden_size": 5120, "head_dim": 128,
+                "num_attention_heads": 40, "num_key_value_heads": 8, "rope_theta": 500000.0,
+                "max_position_embeddings": 10485760,
+                "rope_scaling": {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            config.scaling,
+            Some(RopeScaling::Llama3 {
+                factor: 16.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 1.0,
+                original_max_position_embeddings: 8192,
+            })
+        );
+        let inv_freq = config.frequencies(1).inv_freq;
+        let unscaled = default_inv_freq(500_000.0, 128);
+        let stretched = unscaled
+            .iter()
+            .zip(&inv_freq)
+            .filter(|&(&w, &got)| {
+                let long = 2.0 * std::f64::consts::PI / w > 8192.0;
+                assert_eq!(got, if long { w / 16.0 } else { w });
+                long
+            })
+            .count();
+        // Both sides of the bound are taken.
+        assert!(stretched > 0 && stretched < inv_freq.len(), "{stretched}");
     }
 
     #[test]

@@ -307,15 +307,22 @@ impl RopeScaling {
             } => {
                 factor_at_least_one("scaling.factor", *factor)?;
                 positive_length(*original_max_position_embeddings)?;
-                if !(*low_freq_factor > 0.0
-                    && low_freq_factor < high_freq_factor
-                    && high_freq_factor.is_finite())
-                {
-                    return Err(PositionalError::config(
-                        "scaling.low_freq_factor",
-                        low_freq_factor,
-                        format!("must be positive and below high_freq_factor ({high_freq_factor})"),
-                    ));
+                // transformers divides the original length by each (Python raises on zero)
+                // and only warns when high is not above low: with the two equal (Llama 4
+                // Scout's 1.0 and 1.0) no wavelength lies between the bounds and nothing is
+                // smoothed; with low above high the same rule still gives every frequency.
+                for (field, value) in [
+                    ("scaling.low_freq_factor", low_freq_factor),
+                    ("scaling.high_freq_factor", high_freq_factor),
+                ] {
+                    if !(value.is_finite() && *value != 0.0) {
+                        return Err(PositionalError::config(
+                            field,
+                            value,
+                            "must be a finite nonzero number (transformers divides the original \
+                             length by it)",
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -531,15 +538,23 @@ fn llama3(
     default_inv_freq(theta, dim)
         .into_iter()
         .map(|w| {
+            // In transformers' order, which also holds when high_freq_factor <= low_freq_factor:
+            // long wavelengths divided by the factor, then the ones between the bounds smoothed.
             let wavelen = 2.0 * PI / w;
-            if wavelen < high_freq_wavelen {
-                w
-            } else if wavelen > low_freq_wavelen {
+            let scaled = if wavelen > low_freq_wavelen {
                 w / factor
             } else {
+                w
+            };
+            let between = wavelen >= high_freq_wavelen && wavelen <= low_freq_wavelen;
+            if between && high_freq_factor != low_freq_factor {
                 let smooth =
                     (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-                (1.0 - smooth) * w / factor + smooth * w
+                (1.0 - smooth) * scaled / factor + smooth * scaled
+            } else {
+                // With the factors equal, a wavelength exactly on the one bound is 0 / 0 in
+                // transformers (NaN); the frequency left as it is, as at any shorter wavelength.
+                scaled
             }
         })
         .collect()

@@ -15,6 +15,11 @@
 //! or per-token ids ([`Positions::Start`], [`Positions::Ids`]) are taken as that: every
 //! component the same.
 //!
+//! With `rotary_dim` below `head_dim` only the first `rotary_dim` features turn, paired and laddered
+//! within them (`theta^(-2j / rotary_dim)`), and the rest pass through: Qwen3.5's gated attention
+//! turns a quarter of each head (`partial_rotary_factor` 0.25) through interleaved M-RoPE
+//! sections that sum to `rotary_dim / 2`.
+//!
 //! cos and sin are computed in f64 on the host, one row per token, and the rotation is RoPE's
 //! fused kernel (`RotaryAngles`).
 
@@ -30,21 +35,21 @@ use crate::rope::{RopeLayout, RotaryAngles, pair_tables, read_positions};
 #[derive(Config, Debug, PartialEq)]
 pub enum MultiAxisMode {
     /// 2D axial RoPE: positions `(row, column)` (or the column first: the order is the caller's);
-    /// pairs `j < head_dim/4` turn with component 0, the rest with component 1, each axis with
-    /// the ladder `theta^(-4 (j mod head_dim/4) / head_dim)`. `head_dim % 4 == 0`.
+    /// pairs `j < rotary_dim/4` turn with component 0, the rest with component 1, each axis with
+    /// the ladder `theta^(-4 (j mod rotary_dim/4) / rotary_dim)`. `rotary_dim % 4 == 0`.
     Axial,
     /// Qwen2-VL / Qwen2.5-VL M-RoPE: positions `(t, h, w)`, one ladder
-    /// `theta^(-2j / head_dim)`; pairs `[0, s_t)` turn with t, `[s_t, s_t + s_h)` with h, the
+    /// `theta^(-2j / rotary_dim)`; pairs `[0, s_t)` turn with t, `[s_t, s_t + s_h)` with h, the
     /// rest with w.
     Mrope {
-        /// `[s_t, s_h, s_w]`, pairs per component, summing to `head_dim / 2`
+        /// `[s_t, s_h, s_w]`, pairs per component, summing to `rotary_dim / 2`
         /// (`rope_scaling.mrope_section` of the model's config).
         mrope_section: Vec<usize>,
     },
     /// Qwen3-VL interleaved M-RoPE: the ladder of [`Mrope`](Self::Mrope); pair `j` turns with h
     /// if `j % 3 == 1` and `j < 3 s_h`, with w if `j % 3 == 2` and `j < 3 s_w`, else with t.
     MropeInterleaved {
-        /// `[s_t, s_h, s_w]`, summing to `head_dim / 2`.
+        /// `[s_t, s_h, s_w]`, summing to `rotary_dim / 2`.
         mrope_section: Vec<usize>,
     },
 }
@@ -52,8 +57,12 @@ pub enum MultiAxisMode {
 /// Configuration of a [`MultiAxisRope`].
 #[derive(Config, Debug, PartialEq)]
 pub struct MultiAxisRopeConfig {
-    /// Size of each attention head (even; every feature rotates).
+    /// Size of each attention head.
     pub head_dim: usize,
+    /// Number of leading features that rotate (even, at most `head_dim`); the rest pass through.
+    /// `None` rotates the whole head. Hugging Face: `head_dim * partial_rotary_factor`.
+    #[config(default = "None")]
+    pub rotary_dim: Option<usize>,
     /// Which component turns each pair.
     pub mode: MultiAxisMode,
     /// The base of the frequencies, `rope_theta`. Defaults to 10000.
@@ -66,6 +75,11 @@ pub struct MultiAxisRopeConfig {
 }
 
 impl MultiAxisRopeConfig {
+    /// The number of rotating features.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim.unwrap_or(self.head_dim)
+    }
+
     /// The number of position components: 2 for axial RoPE, 3 for M-RoPE.
     pub fn axes(&self) -> usize {
         match self.mode {
@@ -76,13 +90,20 @@ impl MultiAxisRopeConfig {
 
     /// Checks the configuration without building anything.
     pub fn validate(&self) -> Result<(), PositionalError> {
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
+        let rotary_dim = self.rotary_dim();
+        // The field that sizes the rotating features: `rotary_dim` when given.
+        let width_field = match self.rotary_dim {
+            Some(_) => "rotary_dim",
+            None => "head_dim",
+        };
+        if self.head_dim == 0 || rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
             return Err(PositionalError::config(
-                "head_dim",
-                self.head_dim,
+                width_field,
+                rotary_dim,
                 "must be even and at least 2 (features rotate in pairs)",
             ));
         }
+        super::check_rotary_dims(self.head_dim, rotary_dim)?;
         if !(self.theta.is_finite() && self.theta > 0.0) {
             return Err(PositionalError::config(
                 "theta",
@@ -91,25 +112,22 @@ impl MultiAxisRopeConfig {
             ));
         }
         match &self.mode {
-            MultiAxisMode::Axial if !self.head_dim.is_multiple_of(4) => {
-                Err(PositionalError::config(
-                    "head_dim",
-                    self.head_dim,
-                    "must be a multiple of 4 for axial RoPE (half the pairs per axis)",
-                ))
-            }
+            MultiAxisMode::Axial if !rotary_dim.is_multiple_of(4) => Err(PositionalError::config(
+                width_field,
+                rotary_dim,
+                "must be a multiple of 4 for axial RoPE (half the pairs per axis)",
+            )),
             MultiAxisMode::Axial => Ok(()),
             MultiAxisMode::Mrope { mrope_section }
             | MultiAxisMode::MropeInterleaved { mrope_section } => {
-                if mrope_section.len() != 3
-                    || mrope_section.iter().sum::<usize>() != self.head_dim / 2
+                if mrope_section.len() != 3 || mrope_section.iter().sum::<usize>() != rotary_dim / 2
                 {
                     return Err(PositionalError::config(
                         "mrope_section",
                         mrope_section,
                         format!(
-                            "must be 3 pair counts (t, h, w) summing to head_dim / 2 = {}",
-                            self.head_dim / 2
+                            "must be 3 pair counts (t, h, w) summing to {width_field} / 2 = {}",
+                            rotary_dim / 2
                         ),
                     ));
                 }
@@ -118,9 +136,9 @@ impl MultiAxisRopeConfig {
         }
     }
 
-    /// The inverse frequency of each pair, `[head_dim / 2]`.
+    /// The inverse frequency of each pair, `[rotary_dim / 2]`.
     pub fn inv_freq(&self) -> Vec<f64> {
-        let (d, pairs) = (self.head_dim, self.head_dim / 2);
+        let (d, pairs) = (self.rotary_dim(), self.rotary_dim() / 2);
         (0..pairs)
             .map(|j| match self.mode {
                 MultiAxisMode::Axial => self.theta.powf(-((4 * (j % (d / 4))) as f64) / d as f64),
@@ -129,9 +147,9 @@ impl MultiAxisRopeConfig {
             .collect()
     }
 
-    /// The position component that turns each pair, `[head_dim / 2]`.
+    /// The position component that turns each pair, `[rotary_dim / 2]`.
     pub fn pair_axis(&self) -> Vec<usize> {
-        let pairs = self.head_dim / 2;
+        let pairs = self.rotary_dim() / 2;
         (0..pairs)
             .map(|j| match &self.mode {
                 MultiAxisMode::Axial => usize::from(j >= pairs / 2),
@@ -195,7 +213,7 @@ impl MultiAxisRope {
         &self.config
     }
 
-    /// The angle of each pair, `[head_dim / 2]`, for one token at `position` (one value per
+    /// The angle of each pair, `[rotary_dim / 2]`, for one token at `position` (one value per
     /// component): `position[pair_axis[j]] * inv_freq[j]`.
     pub fn pair_angles(&self, position: &[i64]) -> Vec<f64> {
         self.inv_freq
@@ -249,17 +267,17 @@ impl MultiAxisRope {
                 (vectors.collect(), rows)
             }
         };
-        let head_dim = self.config.head_dim;
-        if let Some(why) = unallocatable_on_host(&[rows, seq, head_dim], 2 * 4) {
+        let (head_dim, rotary_dim) = (self.config.head_dim, self.config.rotary_dim());
+        if let Some(why) = unallocatable_on_host(&[rows, seq, rotary_dim], 2 * 4) {
             return Err(PositionalError::input("seq", seq, why));
         }
-        let tables = pair_tables(rows * seq, head_dim / 2, self.config.layout, |row, j| {
+        let tables = pair_tables(rows * seq, rotary_dim / 2, self.config.layout, |row, j| {
             let position = vectors[row * axes + self.pair_axis[j]];
             (position as f64 * self.inv_freq[j], 1.0)
         });
         Ok(RotaryAngles::from_host_tables(
             tables,
-            [rows, seq, head_dim],
+            [rows, seq, rotary_dim],
             self.config.layout,
             head_dim,
             &self.device,
@@ -295,7 +313,8 @@ impl MultiAxisRope {
 
 /// The slow, obviously-correct multi-axis rotation of row-major `x` `[batch, heads, seq,
 /// head_dim]` at `positions` `[batch, seq, axes]` (row-major), in f64 element by element: pair
-/// `j` (its two features by the layout) turned by `positions[b, s, pair_axis[j]] * inv_freq[j]`.
+/// `j` (its two features of the first `rotary_dim`, by the layout) turned by
+/// `positions[b, s, pair_axis[j]] * inv_freq[j]`; the features past `rotary_dim` as they are.
 pub fn reference(
     config: &MultiAxisRopeConfig,
     x: &[f32],
@@ -310,7 +329,7 @@ pub fn reference(
                 let row = ((b * heads + h) * seq + s) * head_dim;
                 for (j, (w, &axis)) in inv_freq.iter().zip(&pair_axis).enumerate() {
                     let angle = positions[(b * seq + s) * axes + axis] as f64 * w;
-                    let (i1, i2) = super::reference::pair(config.layout, head_dim, j);
+                    let (i1, i2) = super::reference::pair(config.layout, config.rotary_dim(), j);
                     let (a, c) = (x[row + i1] as f64, x[row + i2] as f64);
                     out[row + i1] = (a * angle.cos() - c * angle.sin()) as f32;
                     out[row + i2] = (a * angle.sin() + c * angle.cos()) as f32;
@@ -393,6 +412,65 @@ mod tests {
     }
     crate::for_each_backend!(text_positions_are_plain_rope);
 
+    /// Each mode with 8 of 16 features turning (Qwen3.5's partial M-RoPE, smaller): the first 8
+    /// equal the reference's rotation, the last 8 pass through bit for bit, and text positions
+    /// turn exactly as plain partial RoPE of the same width.
+    fn partial_rotary_turns_the_first_features_only(device: &Device) {
+        let partial = [
+            MultiAxisRopeConfig::new(16, MultiAxisMode::Axial).with_rotary_dim(Some(8)),
+            MultiAxisRopeConfig::new(
+                16,
+                MultiAxisMode::Mrope {
+                    mrope_section: vec![1, 2, 1],
+                },
+            )
+            .with_rotary_dim(Some(8)),
+            MultiAxisRopeConfig::new(
+                16,
+                MultiAxisMode::MropeInterleaved {
+                    mrope_section: vec![2, 1, 1],
+                },
+            )
+            .with_rotary_dim(Some(8))
+            .with_layout(RopeLayout::Interleaved)
+            .with_theta(1e6),
+        ];
+        let (batch, seq) = (2, 5);
+        for config in partial {
+            let rope = config.init(device);
+            let axes = config.axes();
+            let positions: Vec<i64> = (0..batch * seq * axes)
+                .map(|i| (i as i64 * 5) % 19)
+                .collect();
+            let ids = Tensor::<3, Int>::from_data(
+                TensorData::new(positions.clone(), [batch, seq, axes]),
+                device,
+            );
+            let (q, k) = (
+                random([batch, 2, seq, 16], device),
+                random([batch, 1, seq, 16], device),
+            );
+            let (q_out, _) = rope.forward(q.clone(), k.clone(), ids);
+            let (q_in, got) = (floats(&q.to_data()), floats(&q_out.to_data()));
+            let want = reference(&config, &q_in, q.dims(), &positions);
+            assert_close(&q_out.into_data(), &want, 1e-5);
+            for (row, (got, x)) in got.chunks(16).zip(q_in.chunks(16)).enumerate() {
+                assert_eq!(got[8..], x[8..], "{:?} row {row}", config.mode);
+            }
+            let plain = RotaryEncodingConfig::new(16)
+                .with_rotary_dim(Some(8))
+                .with_theta(config.theta)
+                .with_layout(config.layout)
+                .init(device);
+            if !matches!(config.mode, MultiAxisMode::Axial) {
+                let (q_plain, _) = plain.forward(q.clone(), k.clone(), 3);
+                let (q_text, _) = rope.forward(q.clone(), k.clone(), 3);
+                assert_close(&q_text.into_data(), &floats(&q_plain.into_data()), 1e-5);
+            }
+        }
+    }
+    crate::for_each_backend!(partial_rotary_turns_the_first_features_only);
+
     #[test]
     fn pair_axes_follow_each_mode() {
         let [axial, _, mrope, interleaved] = modes().try_into().unwrap();
@@ -421,6 +499,19 @@ mod tests {
         assert_eq!(
             field(MultiAxisRopeConfig::new(16, sections(vec![4, 4]))),
             "mrope_section"
+        );
+        // Partial: the sections cover the rotating pairs only, which fit in the head.
+        assert_eq!(
+            field(MultiAxisRopeConfig::new(16, sections(vec![2, 3, 3])).with_rotary_dim(Some(8))),
+            "mrope_section"
+        );
+        assert_eq!(
+            field(MultiAxisRopeConfig::new(16, sections(vec![3, 3, 3])).with_rotary_dim(Some(18))),
+            "rotary_dim"
+        );
+        assert_eq!(
+            field(MultiAxisRopeConfig::new(16, MultiAxisMode::Axial).with_rotary_dim(Some(6))),
+            "rotary_dim"
         );
         let rope = MultiAxisRopeConfig::new(16, sections(vec![2, 3, 3])).init(&device);
         let two_axes = Tensor::<3, Int>::zeros([1, 4, 2], &device);
