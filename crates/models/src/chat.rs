@@ -3,13 +3,76 @@
 //! `apply_chat_template` renders it: with minijinja, blocks trimmed (`trim_blocks`,
 //! `lstrip_blocks`), Python's string and dict methods (`.strip()`, `.items()`) that templates
 //! call, `raise_exception` and `strftime_now`, and the special tokens as variables.
+//!
+//! A template is code from whoever made the file, so a render is bounded ([`TemplateLimits`]):
+//! in steps (minijinja's fuel), in the bytes it writes, in how deep its macros and includes
+//! recurse, and, before it is compiled, in its size and in the code of any one tag (the compiler
+//! recurses once per filter, attribute or operator in a chain). It has no loader, so it reads no
+//! file and no other template; no function it can call reaches the filesystem or the network.
 
+use std::io::Write;
 use std::path::Path;
 
 use minijinja::{Environment, ErrorKind, Value};
 use serde::Serialize;
 
 use crate::error::ModelError;
+
+/// What a chat template may cost. Each bound is well past what the real templates measured use
+/// (docs/design.md, "Files from strangers"): the largest of them is 17 KB (the source bound is 60
+/// times that), the longest tag of any holds 170 bytes of code (24 times under the tag bound),
+/// and their renders take 23 to 96 steps a message (the step bound allows 100,000).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TemplateLimits {
+    /// The longest template source, in bytes.
+    pub max_source_bytes: usize,
+    /// The most code (bytes outside string literals) in one `{{ }}` or `{% %}` tag.
+    pub max_tag_code_bytes: usize,
+    /// The steps every render may take (minijinja's fuel: about one per instruction) ...
+    pub base_steps: u64,
+    /// ... and the steps it may take in addition for each message.
+    pub steps_per_message: u64,
+    /// The bytes every rendered prompt may hold ...
+    pub base_rendered_bytes: usize,
+    /// ... and the bytes in addition for each byte of the messages' text.
+    pub rendered_bytes_per_message_byte: usize,
+    /// How deep the render's frames may nest (minijinja's recursion limit, 500 at most: a macro
+    /// calling itself takes about 7 frames a level, one with a loop inside; the VM's frames live
+    /// on the native stack, and 500 of them fit in 512 KiB).
+    pub max_depth: usize,
+}
+
+impl Default for TemplateLimits {
+    fn default() -> Self {
+        Self {
+            max_source_bytes: 1 << 20,
+            max_tag_code_bytes: 4096,
+            base_steps: 10_000_000,
+            steps_per_message: 100_000,
+            base_rendered_bytes: 16 << 20,
+            rendered_bytes_per_message_byte: 4,
+            max_depth: 500,
+        }
+    }
+}
+
+impl TemplateLimits {
+    /// The steps a render of `messages` may take.
+    fn steps(&self, messages: &[Message]) -> u64 {
+        self.base_steps
+            .saturating_add(self.steps_per_message.saturating_mul(messages.len() as u64))
+    }
+
+    /// The bytes a render of `messages` may write.
+    fn rendered_bytes(&self, messages: &[Message]) -> usize {
+        let text: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        self.base_rendered_bytes
+            .saturating_add(self.rendered_bytes_per_message_byte.saturating_mul(text))
+    }
+}
 
 /// One turn of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,19 +99,54 @@ pub struct ChatTemplate {
     environment: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    limits: TemplateLimits,
 }
 
 impl ChatTemplate {
     /// Compiles `source` (Jinja); `bos_token` and `eos_token` are the strings templates see as
-    /// variables of those names.
+    /// variables of those names. Bounded by the default [`TemplateLimits`].
     pub fn new(
         source: &str,
         bos_token: impl Into<String>,
         eos_token: impl Into<String>,
     ) -> Result<Self, ModelError> {
+        Self::with_limits(source, bos_token, eos_token, TemplateLimits::default())
+    }
+
+    /// [`ChatTemplate::new`] under `limits`.
+    pub fn with_limits(
+        source: &str,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+        limits: TemplateLimits,
+    ) -> Result<Self, ModelError> {
+        if source.len() > limits.max_source_bytes {
+            return Err(ModelError::input(
+                "chat_template",
+                excerpt(source),
+                format!(
+                    "chat template: {} bytes, over the {} a template may hold",
+                    source.len(),
+                    limits.max_source_bytes
+                ),
+            ));
+        }
+        if let Some(tag) = longest_tag(source).filter(|t| t.code_bytes > limits.max_tag_code_bytes)
+        {
+            return Err(ModelError::input(
+                "chat_template",
+                excerpt(&source[tag.start..]),
+                format!(
+                    "chat template: a tag with {} bytes of code (at byte {}), over the {} one tag \
+                     may hold",
+                    tag.code_bytes, tag.start, limits.max_tag_code_bytes
+                ),
+            ));
+        }
         let mut environment = Environment::new();
         environment.set_trim_blocks(true);
         environment.set_lstrip_blocks(true);
+        environment.set_recursion_limit(limits.max_depth);
         environment
             .set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         environment.add_function("raise_exception", raise_exception);
@@ -66,7 +164,13 @@ impl ChatTemplate {
             environment,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
+            limits,
         })
+    }
+
+    /// The bounds this template renders under.
+    pub fn limits(&self) -> TemplateLimits {
+        self.limits
     }
 
     /// The template of a Hugging Face model directory: `chat_template.jinja`, else
@@ -128,31 +232,206 @@ impl ChatTemplate {
     }
 
     /// The prompt of `messages`: the rendered text, ending with the assistant's header when
-    /// `add_generation_prompt` (the model's turn next).
+    /// `add_generation_prompt` (the model's turn next). A render past the template's
+    /// [`TemplateLimits`] stops there with an error saying which bound it crossed.
     pub fn render(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
-        let template = self
-            .environment
+        let steps = self.limits.steps(messages);
+        let mut output = BoundedWriter {
+            bytes: Vec::new(),
+            limit: self.limits.rendered_bytes(messages),
+            exceeded: false,
+        };
+        // Fuel belongs to an environment, and this bound grows with the messages: each render
+        // sets it on its own copy (which shares the compiled template).
+        let mut environment = self.environment.clone();
+        environment.set_fuel(Some(steps));
+        let template = environment
             .get_template("chat")
             .map_err(|e| ModelError::input("chat_template", "", e.to_string()))?;
-        template
-            .render(minijinja::context! {
+        let result = template.render_captured_to(
+            minijinja::context! {
                 messages => messages,
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-            })
-            .map_err(|e| {
-                ModelError::input(
-                    "messages",
-                    messages.len(),
-                    format!("could not be rendered by the chat template: {e:#}"),
-                )
-            })
+            },
+            &mut output,
+        );
+        let bound = |why: String| ModelError::input("messages", messages.len(), why);
+        match result {
+            Ok(_) => String::from_utf8(output.bytes)
+                .map_err(|e| bound(format!("the chat template rendered invalid UTF-8: {e}"))),
+            Err(_) if output.exceeded => Err(bound(format!(
+                "rendered prompt over {} bytes (the chat template's bound for these messages)",
+                output.limit
+            ))),
+            Err(e) if out_of_fuel(&e) => Err(bound(format!(
+                "chat template: more than {steps} steps (its bound for {} messages)",
+                messages.len()
+            ))),
+            Err(e) => Err(bound(format!(
+                "could not be rendered by the chat template: {}",
+                with_causes(&e)
+            ))),
+        }
     }
+}
+
+/// Whether `error`, or an error beneath it (inside an include), is minijinja's out of fuel.
+fn out_of_fuel(error: &minijinja::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = next {
+        if current
+            .downcast_ref::<minijinja::Error>()
+            .is_some_and(|e| e.kind() == ErrorKind::OutOfFuel)
+        {
+            return true;
+        }
+        next = current.source();
+    }
+    false
+}
+
+/// A render's error and the errors beneath it (an include's, a macro's), which minijinja keeps
+/// as its sources: `could not render include` alone does not say that the depth was passed.
+fn with_causes(error: &minijinja::Error) -> String {
+    let mut text = format!("{error:#}");
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        text.push_str(&format!("; caused by: {inner}"));
+        cause = inner.source();
+    }
+    text
+}
+
+/// A prompt's bytes, refused past `limit`.
+struct BoundedWriter {
+    bytes: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl Write for BoundedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len().saturating_add(buf.len()) > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other(
+                "the rendered prompt is over its bound",
+            ));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a tag starts and how much code (bytes outside string literals) it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tag {
+    start: usize,
+    code_bytes: usize,
+}
+
+/// The tag (`{{ }}` or `{% %}`) of `source` with the most code, skipping comments and the text
+/// of `{% raw %}` blocks; an unterminated tag runs to the end. Counted on the source as written:
+/// the compiler's recursion is bounded by the length of a tag's code, whatever it parses to.
+fn longest_tag(source: &str) -> Option<Tag> {
+    let bytes = source.as_bytes();
+    let mut longest: Option<Tag> = None;
+    let mut at = 0;
+    while at + 1 < bytes.len() {
+        if bytes[at] != b'{' || !matches!(bytes[at + 1], b'{' | b'%' | b'#') {
+            at += 1;
+            continue;
+        }
+        let open = bytes[at + 1];
+        let start = at;
+        at += 2;
+        if open == b'#' {
+            at = find(bytes, at, b"#}").map_or(bytes.len(), |end| end + 2);
+            continue;
+        }
+        let close: &[u8] = if open == b'{' { b"}}" } else { b"%}" };
+        let mut code = 0;
+        let mut quote = None;
+        // Brackets open in the tag: `}}` inside `{{ {'a': {'b': 1}} }}` closes a dict, not the
+        // tag. Counting past where the lexer would end a tag only counts more.
+        let mut open_brackets = 0usize;
+        let code_start = at;
+        while at < bytes.len() {
+            let b = bytes[at];
+            match quote {
+                Some(q) => {
+                    if b == b'\\' {
+                        at += 1;
+                    } else if b == q {
+                        quote = None;
+                    }
+                }
+                None if b == b'\'' || b == b'"' => quote = Some(b),
+                None if open_brackets == 0 && bytes[at..].starts_with(close) => break,
+                None => {
+                    match b {
+                        b'(' | b'[' | b'{' => open_brackets += 1,
+                        b')' | b']' | b'}' => open_brackets = open_brackets.saturating_sub(1),
+                        _ => {}
+                    }
+                    code += 1;
+                }
+            }
+            at += 1;
+        }
+        at = (at + 2).min(bytes.len());
+        if open == b'%' && first_word(&bytes[code_start..]) == b"raw" {
+            // The block's text up to `{% endraw %}` is not code, whatever it holds.
+            let mut from = at;
+            at = bytes.len();
+            while let Some(tag) = find(bytes, from, b"{%") {
+                if first_word(&bytes[tag + 2..]) == b"endraw" {
+                    at = tag;
+                    break;
+                }
+                from = tag + 2;
+            }
+        }
+        if longest.is_none_or(|l| code > l.code_bytes) {
+            longest = Some(Tag {
+                start,
+                code_bytes: code,
+            });
+        }
+    }
+    longest
+}
+
+/// The first word of a tag's code: `raw` in `{%- raw %}`.
+fn first_word(code: &[u8]) -> &[u8] {
+    let start = code
+        .iter()
+        .position(|b| !matches!(b, b'-' | b'+' | b' ' | b'\t' | b'\n' | b'\r'))
+        .unwrap_or(code.len());
+    let code = &code[start..];
+    let end = code
+        .iter()
+        .position(|b| !b.is_ascii_alphanumeric() && *b != b'_')
+        .unwrap_or(code.len());
+    &code[..end]
+}
+
+/// The first `needle` in `bytes` at or after `from`.
+fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|i| from + i)
 }
 
 /// The first line of a template, for messages.
@@ -292,6 +571,202 @@ mod tests {
             err.contains("chat_template") && err.contains("not valid Jinja"),
             "{err}"
         );
+    }
+
+    fn render_error(source: &str, messages: &[Message]) -> String {
+        ChatTemplate::new(source, "", "")
+            .unwrap()
+            .render(messages, true)
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Loops that would take 10^10 and 10^15 steps, and a loop over the messages nested four
+    /// deep (10^12 for 1,000 messages), stop at the step bound with its number.
+    #[test]
+    fn renders_stop_at_the_step_bound() {
+        let limits = TemplateLimits::default();
+        let one = [Message::new("user", "Hi")];
+        for source in [
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) \
+             %}{% endfor %}{% endfor %}{% endfor %}",
+        ] {
+            let err = render_error(source, &one);
+            let want = format!("chat template: more than {} steps", limits.steps(&one));
+            assert!(err.contains(&want), "{err}");
+        }
+        let many = vec![Message::new("user", "Hi"); 1000];
+        let err = render_error(
+            "{% for a in messages %}{% for b in messages %}{% for c in messages %}{% for d in \
+             messages %}{% endfor %}{% endfor %}{% endfor %}{% endfor %}",
+            &many,
+        );
+        let want = format!("chat template: more than {} steps", limits.steps(&many));
+        assert!(err.contains(&want), "{err}");
+    }
+
+    /// Two bytes printed 10^10 times, and 10 MB strings printed 10^5 times (10^12 bytes), stop at
+    /// the rendered-size bound; a prompt just under it renders.
+    #[test]
+    fn renders_stop_at_the_size_bound() {
+        let one = [Message::new("user", "Hi")];
+        let limit = TemplateLimits::default().rendered_bytes(&one);
+        for source in [
+            "{% for i in range(100000) %}{% for j in range(100000) %}ab{% endfor %}{% endfor %}",
+            "{% for i in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}",
+        ] {
+            let err = render_error(source, &one);
+            assert!(
+                err.contains(&format!("rendered prompt over {limit} bytes"))
+                    || err.contains("chat template: more than"),
+                "{err}"
+            );
+        }
+        let err = render_error(
+            "{% for i in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}",
+            &one,
+        );
+        assert!(
+            err.contains(&format!("rendered prompt over {limit} bytes")),
+            "{err}"
+        );
+        let just_under = format!("{{{{ 'x' * {} }}}}", limit - 1);
+        let text = ChatTemplate::new(&just_under, "", "")
+            .unwrap()
+            .render(&one, false)
+            .unwrap();
+        assert_eq!(text.len(), limit - 1);
+        // The bound grows with the conversation: four bytes for each byte of its text.
+        let long = [Message::new("user", "y".repeat(limit))];
+        let echo = ChatTemplate::new("{{ messages[0].content }}{{ messages[0].content }}", "", "")
+            .unwrap()
+            .render(&long, false)
+            .unwrap();
+        assert_eq!(echo.len(), 2 * limit);
+    }
+
+    /// A macro calling itself, a template including itself, and one including a file: the first
+    /// two stop at the depth bound, the third finds no template (there is no loader); 30 levels
+    /// of a macro with a loop in it render.
+    #[test]
+    fn recursion_is_bounded_and_no_file_is_read() {
+        let one = [Message::new("user", "Hi")];
+        // On a thread with Rust's default 2 MiB of stack: the bound comes before the stack's end.
+        let err = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                render_error(
+                    "{% macro f(n) %}{% for i in [n] %}{{ f(n + 1) }}{% endfor %}{% endmacro %}\
+                     {{ f(0) }}",
+                    &[Message::new("user", "Hi")],
+                )
+            })
+            .unwrap()
+            .join()
+            .expect("the render's thread died");
+        assert!(err.contains("recursion"), "{err}");
+        let err = render_error("x{% include 'chat' %}", &one);
+        assert!(err.contains("recursion"), "{err}");
+        for source in [
+            "{% include '/etc/passwd' %}",
+            "{% import '/etc/hostname' as h %}",
+            "{% extends '../Cargo.toml' %}",
+        ] {
+            let err = render_error(source, &one);
+            assert!(err.contains("not found"), "{source}: {err}");
+        }
+        // The depth real templates use renders: gpt-oss's renders a tool's JSON schema with a
+        // macro that calls itself for each nested object, a loop over its properties between.
+        let nested = "{% macro f(n) %}{% if n > 0 %}{% for i in [n] %}({{ f(n - 1) }}){% endfor \
+                      %}{% endif %}{% endmacro %}{{ f(30) }}";
+        let text = ChatTemplate::new(nested, "", "")
+            .unwrap()
+            .render(&one, false)
+            .unwrap();
+        assert_eq!(text, format!("{}{}", "(".repeat(30), ")".repeat(30)));
+    }
+
+    /// Before compiling: a template over the size bound, and a tag with more code than the
+    /// bound (a chain of 100,000 filters, which would overflow the compiler's stack), are
+    /// refused with the bound's number. Chains of every kind at the bound compile (or are
+    /// syntax errors) on a thread with 2 MiB of stack, Rust's default for a spawned thread.
+    #[test]
+    fn sources_and_tags_are_bounded_before_compiling() {
+        let limits = TemplateLimits::default();
+        let err = ChatTemplate::new(&"x".repeat(limits.max_source_bytes + 1), "", "")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "over the {} a template may hold",
+                limits.max_source_bytes
+            )),
+            "{err}"
+        );
+        let chain = format!("{{{{ x{} }}}}", "|e".repeat(100_000));
+        let err = ChatTemplate::new(&chain, "", "").unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "over the {} one tag may hold",
+                limits.max_tag_code_bytes
+            )),
+            "{err}"
+        );
+        // Literals, comments and raw blocks are not code; brackets hold a tag open.
+        let text_only = format!(
+            "{{{{ '{long}' }}}}{{# {long} #}}{{% raw %}}{{{{ {long} }}}}{{% endraw %}}",
+            long = "|e".repeat(10_000)
+        );
+        assert!(ChatTemplate::new(&text_only, "", "").is_ok());
+        let in_brackets = format!("{{{{ {{'a': {{'b': 1}}}} {} }}}}", "|e".repeat(10_000));
+        assert!(ChatTemplate::new(&in_brackets, "", "").is_err());
+        let max = limits.max_tag_code_bytes;
+        let chains = [
+            format!("{{{{ x{} }}}}", "|e".repeat(max / 2 - 2)),
+            format!("{{{{ x{} }}}}", ".a".repeat(max / 2 - 2)),
+            format!("{{{{ x{} }}}}", "~x".repeat(max / 2 - 2)),
+            format!("{{{{ x{} }}}}", "[0]".repeat(max / 3 - 2)),
+            format!("{{{{ 1{} }}}}", "+1".repeat(max / 2 - 2)),
+            format!("{{{{ {}1 }}}}", "- ".repeat(max / 2 - 2)),
+            format!("{{{{ {}x }}}}", "not ".repeat(max / 4 - 2)),
+            format!(
+                "{{{{ {}1{} }}}}",
+                "(".repeat(max / 2 - 2),
+                ")".repeat(max / 2 - 2)
+            ),
+            format!(
+                "{{{{ {}1{} }}}}",
+                "[".repeat(max / 2 - 2),
+                "]".repeat(max / 2 - 2)
+            ),
+            format!("{{{{ x{} }}}}", "()".repeat(max / 2 - 2)),
+            format!(
+                "{{{{ x if x else{} x }}}}",
+                " x if x else".repeat(max / 12 - 4)
+            ),
+        ];
+        for source in chains {
+            let compiled = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || ChatTemplate::new(&source, "", "").map(|_| ()))
+                .unwrap()
+                .join();
+            assert!(compiled.is_ok(), "the compiler's thread died");
+        }
+    }
+
+    /// The real templates' bounds leave room: SmolLM2's template renders a conversation of
+    /// 10,000 messages.
+    #[test]
+    fn a_long_conversation_renders_within_the_bounds() {
+        let template = ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>").unwrap();
+        let messages: Vec<Message> = (0..10_000)
+            .map(|i| Message::new(["user", "assistant"][i % 2], format!("turn {i}")))
+            .collect();
+        let text = template.render(&messages, true).unwrap();
+        assert!(text.ends_with("<|im_start|>assistant\n"));
+        assert_eq!(text.matches("<|im_end|>").count(), 10_001);
     }
 
     #[test]

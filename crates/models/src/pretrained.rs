@@ -100,7 +100,26 @@ impl Pretrained {
             }
         }
         // The metadata is read; the file's tensors become the checkpoint.
+        let tokens = metadata
+            .get("tokenizer.ggml.tokens")
+            .and_then(gguf::Value::as_array)
+            .map(<[gguf::Value]>::len);
         let (config, checkpoint) = gguf::checkpoint_of(file)?;
+        // llama.cpp sizes the embedding and the output by the tokenizer's count and refuses a
+        // file whose tensors have another (a token id past the list would have no text).
+        let vocab = config.json().get("vocab_size").and_then(|v| v.as_u64());
+        if let (Some(tokens), Some(vocab)) = (tokens, vocab)
+            && tokens as u64 != vocab
+        {
+            return Err(ModelError::config(
+                "tokenizer.ggml.tokens",
+                format!("{tokens} tokens"),
+                format!(
+                    "must hold one token per row of the model's embedding ({vocab} rows), as \
+                     llama.cpp requires"
+                ),
+            ));
+        }
         let mut checkpoint = checkpoint.with_weight_type(weights);
         let model = from_checkpoint(&config, &mut checkpoint, device)?;
         Ok(Self {

@@ -16,6 +16,9 @@ pub(crate) struct Hparams<'a> {
     pub arch: &'static str,
 }
 
+/// What a float setting of the metadata must be.
+const FINITE: &str = "must be a finite number (with NaN or infinity llama.cpp computes NaN)";
+
 impl Hparams<'_> {
     fn key(&self, suffix: &str) -> String {
         format!("{}.{suffix}", self.arch)
@@ -44,9 +47,11 @@ impl Hparams<'_> {
         })
     }
 
-    /// `{arch}.{suffix}` as a number, if present.
+    /// `{arch}.{suffix}` as a finite number, if present. NaN and infinity are refused: the
+    /// config they go into is JSON, which holds neither (`json!` would make them `null`, the
+    /// setting silently dropped), and llama.cpp's result with them is NaN throughout.
     fn f64(&self, suffix: &str) -> Result<Option<f64>, ModelError> {
-        self.typed(suffix, "must be a number", Value::as_f64)
+        self.typed(suffix, FINITE, |v| v.as_f64().filter(|x| x.is_finite()))
     }
 
     /// `{arch}.{suffix}` as a string, if present.
@@ -129,8 +134,10 @@ impl Hparams<'_> {
 
     /// `{arch}.{suffix}` as a JSON number (an integer stays one), if present.
     fn number(&self, suffix: &str) -> Result<Option<Json>, ModelError> {
-        self.typed(suffix, "must be a number", |value| match value {
-            Value::F32(_) | Value::F64(_) => value.as_f64().map(|x| json!(x)),
+        self.typed(suffix, FINITE, |value| match value {
+            Value::F32(_) | Value::F64(_) => {
+                value.as_f64().filter(|x| x.is_finite()).map(|x| json!(x))
+            }
             _ => value.as_u64().map(|x| json!(x)),
         })
     }

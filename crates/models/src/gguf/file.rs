@@ -3,7 +3,9 @@
 //!
 //! Every count and length in the header is checked against what is left of the file before
 //! anything is allocated from it, so a truncated or hostile file is an error naming the field,
-//! never an allocation of `u64::MAX` bytes or a panic.
+//! never an allocation of `u64::MAX` bytes or a panic. The metadata as read takes more memory
+//! than its bytes (each value is a [`Value`], 32 bytes whatever its type), so it is also held to
+//! [`MAX_METADATA_BYTES`], counted before each array is allocated.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -19,6 +21,10 @@ const MAGIC: u32 = 0x4655_4747;
 const MAX_DIMS: u32 = 4;
 /// The alignment of tensor data when `general.alignment` is absent.
 const DEFAULT_ALIGNMENT: u64 = 32;
+/// The most memory the metadata may take as read: every [`Value`] at its size, and the bytes of
+/// its strings. Real files take a few tens of MB (Gemma 3's tokenizer of 262,144 tokens, with
+/// scores and types, about 30 MB); a file whose metadata would take more is refused.
+pub const MAX_METADATA_BYTES: u64 = 512 << 20;
 
 /// One metadata value, in the type the file stores.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +185,7 @@ impl GgufFile {
             position: 0,
             len,
             path,
+            metadata_bytes: 0,
         };
         let magic = reader.u32("magic")?;
         if magic != MAGIC {
@@ -202,6 +209,7 @@ impl GgufFile {
         for _ in 0..kv_count {
             let key = reader.string("metadata key")?;
             let kind = reader.u32(&key)?;
+            reader.take(&key, size_of::<Value>() as u64)?;
             let value = reader.value(&key, kind, 0)?;
             if metadata.insert(key.clone(), value).is_some() {
                 return Err(ModelError::input(
@@ -246,6 +254,10 @@ impl GgufFile {
         }
         let data_start = reader.position.next_multiple_of(alignment);
         let mut tensors = Vec::with_capacity(raw.len());
+        // llama.cpp's `gguf_init_from_file` takes tensors stored one after another in the order
+        // they are described, each padded to the alignment, and refuses any other offset: a
+        // type that does not match the bytes stored shows there as the next offset.
+        let mut expected_offset = 0u64;
         for (name, dims, kind, offset) in raw {
             let Some(kind) = GgmlType::from_id(kind) else {
                 return Err(ModelError::input(
@@ -271,6 +283,19 @@ impl GgufFile {
                     format!("is the tensor's offset; it must be a multiple of {alignment}"),
                 ));
             }
+            if offset != expected_offset {
+                return Err(ModelError::input(
+                    name,
+                    offset,
+                    format!(
+                        "is the tensor's offset; after the tensors before it llama.cpp expects \
+                         {expected_offset} (each tensor right after the one before, padded to \
+                         {alignment}: a type or shape that does not match the bytes stored moves \
+                         every offset after it)"
+                    ),
+                ));
+            }
+            expected_offset = offset.saturating_add((bytes as u64).next_multiple_of(alignment));
             let start = data_start.checked_add(offset);
             let end = start.and_then(|s| s.checked_add(bytes as u64));
             match (start, end) {
@@ -367,6 +392,8 @@ struct Reader<'a> {
     position: u64,
     len: u64,
     path: &'a Path,
+    /// The memory the metadata read so far takes, held to [`MAX_METADATA_BYTES`].
+    metadata_bytes: u64,
 }
 
 impl Reader<'_> {
@@ -419,6 +446,23 @@ impl Reader<'_> {
         Ok(count as usize)
     }
 
+    /// Counts `bytes` more of the metadata's memory against [`MAX_METADATA_BYTES`].
+    fn take(&mut self, field: &str, bytes: u64) -> Result<(), ModelError> {
+        self.metadata_bytes = self.metadata_bytes.saturating_add(bytes);
+        if self.metadata_bytes > MAX_METADATA_BYTES {
+            return Err(ModelError::input(
+                field,
+                self.path,
+                format!(
+                    "holds metadata that would take over {MAX_METADATA_BYTES} bytes of memory \
+                     as read (at byte {} of the file); no model's metadata comes near that",
+                    self.position
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn string(&mut self, field: &str) -> Result<String, ModelError> {
         let len = self.u64(field)?;
         if len > self.left() {
@@ -432,6 +476,7 @@ impl Reader<'_> {
                 ),
             ));
         }
+        self.take(field, len)?;
         let mut buf = vec![0u8; len as usize];
         self.inner
             .read_exact(&mut buf)
@@ -464,9 +509,17 @@ impl Reader<'_> {
             8 => Value::String(self.string(key)?),
             9 if depth == 0 => {
                 let element = self.u32(key)?;
-                // the smallest element is one byte; a string takes at least its 8-byte length
-                let min_bytes = if element == 8 { 8 } else { 1 };
+                // An element's bytes in the file (a string's at least its 8-byte length): the
+                // count is held to what the rest of the file can hold, then its values to the
+                // metadata's memory before the array is allocated.
+                let min_bytes = match element {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    _ => 8,
+                };
                 let len = self.count(key, min_bytes)?;
+                self.take(key, len as u64 * size_of::<Value>() as u64)?;
                 let mut values = Vec::with_capacity(len);
                 for _ in 0..len {
                     values.push(self.value(key, element, depth + 1)?);

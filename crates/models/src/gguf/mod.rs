@@ -21,7 +21,7 @@ mod file;
 mod quant;
 mod tokenizer;
 
-pub use file::{GgufFile, Metadata, TensorInfo, Value};
+pub use file::{GgufFile, MAX_METADATA_BYTES, Metadata, TensorInfo, Value};
 pub use quant::GgmlType;
 pub use tokenizer::{special_token_id, tokenizer};
 

@@ -754,7 +754,7 @@ fn sentencepiece(
                 SentencePiece::Gemma => (0..tokens.len()).map(|i| -(i as f64)).collect(),
                 SentencePiece::Standard => scores(metadata, tokens.len())?,
             };
-            merges_from_scores(tokens, &vocab, &scores)
+            merges_from_scores(tokens, &vocab, &scores)?
         }
     };
     let mut builder = BPE::builder()
@@ -834,7 +834,29 @@ fn scores(metadata: &Metadata, count: usize) -> Result<Vec<f64>, ModelError> {
 /// it makes (best first), then by the longer left part, then the longer right part, then the
 /// token's position and the two parts' ids. BPE applying these merges reproduces SentencePiece's
 /// "merge the best-scoring pair" loop, which llama.cpp runs directly.
-fn merges_from_scores(tokens: &[String], vocab: &HashMap<&str, u32>, scores: &[f64]) -> Merges {
+///
+/// Each token is cut at every character and both parts looked up, so the work grows as the sum
+/// of each token's characters times its bytes; a vocabulary past [`MAX_SPLIT_WORK`] (about 100
+/// times the largest real one's) is refused rather than taking hours.
+fn merges_from_scores(
+    tokens: &[String],
+    vocab: &HashMap<&str, u32>,
+    scores: &[f64],
+) -> Result<Merges, ModelError> {
+    let work = tokens.iter().fold(0u64, |work, token| {
+        work.saturating_add((token.chars().count() as u64).saturating_mul(token.len() as u64))
+    });
+    if work > MAX_SPLIT_WORK {
+        let longest = tokens.iter().map(String::len).max().unwrap_or(0);
+        return Err(ModelError::config(
+            TOKENS,
+            format!("{} tokens, the longest of {longest} bytes", tokens.len()),
+            format!(
+                "are too long to derive their merges from (each token's characters times its \
+                 bytes sum to {work}, over {MAX_SPLIT_WORK})"
+            ),
+        ));
+    }
     struct Candidate<'a> {
         left: &'a str,
         right: &'a str,
@@ -870,11 +892,16 @@ fn merges_from_scores(tokens: &[String], vocab: &HashMap<&str, u32>, scores: &[f
             .then(b.left_chars.cmp(&a.left_chars))
             .then(b.right_chars.cmp(&a.right_chars))
     });
-    candidates
+    Ok(candidates
         .into_iter()
         .map(|c| (c.left.to_owned(), c.right.to_owned()))
-        .collect()
+        .collect())
 }
+
+/// The most work [`merges_from_scores`] takes on: each token's characters times its bytes,
+/// summed. 262,144 tokens (Gemma 3's count, the largest real vocabulary) of 64 ASCII characters
+/// each would sum to 1.1e9; real tokens are far shorter.
+const MAX_SPLIT_WORK: u64 = 2_000_000_000;
 
 /// The vocabulary in the map type `tokenizers`' BPE builder takes.
 fn bpe_vocab(vocab: &HashMap<&str, u32>) -> Vocab {
@@ -1106,11 +1133,30 @@ mod tests {
         let vocab = vocab_of(&tokens);
         // "bc" outscores "ab"; "abc" has two cuts, the longer left part first.
         let scores = [0.0, 0.0, 0.0, -2.0, -1.0, -3.0];
-        let merges = merges_from_scores(&tokens, &vocab, &scores);
+        let merges = merges_from_scores(&tokens, &vocab, &scores).unwrap();
         let pairs: Vec<(&str, &str)> = merges
             .iter()
             .map(|(l, r)| (l.as_str(), r.as_str()))
             .collect();
         assert_eq!(pairs, [("b", "c"), ("a", "b"), ("ab", "c"), ("a", "bc")]);
+    }
+
+    /// A vocabulary whose tokens are too long to cut at every character in bounded time (one of
+    /// 50,000 characters: 2.5e9 of work) is refused, naming the tokens; one of 1,000 is cut.
+    #[test]
+    fn merges_from_scores_refuse_tokens_past_the_work_bound() {
+        for (len, refused) in [(50_000, true), (1_000, false)] {
+            let tokens = vec!["a".to_owned(), "a".repeat(len)];
+            let vocab = vocab_of(&tokens);
+            let result = merges_from_scores(&tokens, &vocab, &[0.0, 0.0]);
+            assert_eq!(result.is_err(), refused, "{len}");
+            if let Err(error) = result {
+                let error = error.to_string();
+                assert!(
+                    error.contains(TOKENS) && error.contains(&format!("over {MAX_SPLIT_WORK}")),
+                    "{error}"
+                );
+            }
+        }
     }
 }

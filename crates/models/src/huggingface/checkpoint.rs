@@ -6,7 +6,7 @@
 //! was given but never used.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use positional::unallocatable;
@@ -382,6 +382,17 @@ fn shard_files(index: &Path) -> Result<(Vec<PathBuf>, BTreeMap<String, PathBuf>)
         let file = file
             .as_str()
             .ok_or_else(|| error(format!("`weight_map` holds {file}, not a file name")))?;
+        // A shard is a file beside the index: a name that climbs out of the directory or
+        // starts from the root would have a stranger's index read any file the user can.
+        if Path::new(file)
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(error(format!(
+                "`weight_map` maps {name:?} to {file:?}: a shard must be named by a path inside \
+                 the index's directory (no `..`, no root)"
+            )));
+        }
         let file = dir.join(file);
         if !files.contains(&file) {
             files.push(file.clone());

@@ -18,6 +18,10 @@ use burn::tensor::{DType, TensorData};
 
 use crate::error::ModelError;
 
+/// The longest JSON header read: the `safetensors` library's own `MAX_HEADER_SIZE`, past which
+/// it refuses a file (`HeaderTooLarge`) as this reader does.
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
 /// An open safetensors file: each tensor's place in it, the data read on demand.
 pub(super) struct SafetensorsFile {
     path: PathBuf,
@@ -54,6 +58,12 @@ impl SafetensorsFile {
         file.read_exact(&mut len)
             .map_err(|e| error(format!("no header length: {e}")))?;
         let header_len = u64::from_le_bytes(len);
+        if header_len > MAX_HEADER_BYTES {
+            return Err(error(format!(
+                "a header of {header_len} bytes, over the {MAX_HEADER_BYTES} that safetensors \
+                 reads"
+            )));
+        }
         if header_len > file_len.saturating_sub(8) {
             return Err(error(format!(
                 "a header of {header_len} bytes in a file of {file_len}"
@@ -68,11 +78,43 @@ impl SafetensorsFile {
         let mut tensors = BTreeMap::new();
         for (name, info) in header {
             if name == "__metadata__" {
+                // `Option<HashMap<String, String>>` in the safetensors library, which refuses
+                // anything else.
+                let strings = info
+                    .as_object()
+                    .is_some_and(|map| map.values().all(serde_json::Value::is_string));
+                if !strings {
+                    return Err(error(format!(
+                        "header: `__metadata__` is {info}, not a map of strings"
+                    )));
+                }
                 continue;
             }
             let entry = Entry::parse(&info, data_start, file_len)
                 .map_err(|what| error(format!("tensor {name:?}: {what}")))?;
             tensors.insert(name, entry);
+        }
+        // The library's `validate`: in the order of their offsets, each tensor starts where the
+        // one before it ends (no overlap, no gap), and the last ends where the file does.
+        let mut by_offset: Vec<(&String, &Entry)> = tensors.iter().collect();
+        by_offset.sort_by_key(|(_, entry)| (entry.start, entry.len));
+        let mut end = data_start;
+        for (name, entry) in by_offset {
+            if entry.start != end {
+                return Err(error(format!(
+                    "tensor {name:?}: data_offsets start at byte {} of the data, where the \
+                     tensor before it ends at {} (tensors must be stored one after another, \
+                     without overlap or gap)",
+                    entry.start - data_start,
+                    end - data_start
+                )));
+            }
+            end = entry.start + entry.len as u64;
+        }
+        if end != file_len {
+            return Err(error(format!(
+                "its tensors end at byte {end}, and the file holds {file_len} bytes"
+            )));
         }
         Ok(Self {
             path: path.to_owned(),
@@ -280,6 +322,56 @@ pub(super) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// What the safetensors library refuses (its `validate`, and the header's types), refused
+    /// here too: two tensors' bytes overlapping or leaving a gap, bytes past the last tensor,
+    /// `__metadata__` holding anything but strings. The file as written loads.
+    #[test]
+    fn a_header_the_safetensors_library_refuses_is_refused() {
+        let dir = std::env::temp_dir().join(format!("safetensors-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, header: &str, data_len: usize| {
+            let path = dir.join(name);
+            let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+            bytes.extend(header.as_bytes());
+            bytes.extend(vec![0u8; data_len]);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let two = |a: [u64; 2], b: [u64; 2]| {
+            format!(
+                r#"{{"a":{{"dtype":"F32","shape":[2],"data_offsets":{a:?}}},"b":{{"dtype":"F32","shape":[2],"data_offsets":{b:?}}}}}"#
+            )
+        };
+        let good = file("good.safetensors", &two([0, 8], [8, 16]), 16);
+        assert_eq!(SafetensorsFile::open(&good).unwrap().tensors().count(), 2);
+        let cases = [
+            (
+                "overlap",
+                two([0, 8], [4, 12]),
+                16,
+                "without overlap or gap",
+            ),
+            ("gap", two([0, 8], [12, 20]), 20, "without overlap or gap"),
+            ("longer", two([0, 8], [8, 16]), 17, "the file holds"),
+            (
+                "metadata",
+                r#"{"__metadata__":7,"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
+                    .to_owned(),
+                8,
+                "not a map of strings",
+            ),
+        ];
+        for (name, header, data_len, expected) in cases {
+            let path = file(&format!("{name}.safetensors"), &header, data_len);
+            let err = SafetensorsFile::open(&path).err().expect(name).to_string();
+            assert!(
+                err.contains("`path`") && err.contains(expected),
+                "{name}: {err}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A file whose header or offsets do not fit it is refused at open, naming the path and
     /// what is wrong, before any tensor is read.
     #[test]
@@ -315,6 +407,23 @@ pub(super) mod tests {
             assert!(err.contains("`path`"), "{what}: {err}");
             assert!(err.contains(expected), "{what}: {err}");
         }
+        // A header past safetensors' own bound, in a file (sparse) long enough to hold it:
+        // refused before it is read.
+        let long = dir.join("long-header.safetensors");
+        std::fs::write(&long, (MAX_HEADER_BYTES + 1).to_le_bytes()).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&long)
+            .unwrap()
+            .set_len(MAX_HEADER_BYTES + 64)
+            .unwrap();
+        let err = SafetensorsFile::open(&long).err().unwrap().to_string();
+        assert!(
+            err.contains(&format!(
+                "over the {MAX_HEADER_BYTES} that safetensors reads"
+            )),
+            "{err}"
+        );
         let short = dir.join("short.safetensors");
         write(&short, &[("w", "F32", vec![2, 3], four)]);
         let err = SafetensorsFile::open(&short).err().unwrap().to_string();

@@ -578,11 +578,15 @@ enum ShardEdit {
     Duplicated,
     /// The index maps one tensor to the shard that does not hold it.
     Mislabelled,
+    /// The index maps one tensor to a file outside the model's directory (its shard by a path
+    /// that climbs out and back in, or a file from the root).
+    OutsideTheDirectory,
 }
 
 /// Checkpoints split into two shards with `model.safetensors.index.json`: a faithful split gives
-/// the single file's logits; a tensor in both shards, or one the index places in the wrong
-/// shard, is an error naming it (never the weights of whichever shard was read last).
+/// the single file's logits; a tensor in both shards, one the index places in the wrong shard, or
+/// one it places outside the directory, is an error naming it (never the weights of whichever
+/// shard was read last, nor a file the index should not reach).
 fn sharded_checkpoints_load_or_name_the_tensor(device: &Device) {
     let dir = scratch("sharded", device);
     let strategy = (
@@ -593,6 +597,7 @@ fn sharded_checkpoints_load_or_name_the_tensor(device: &Device) {
             ShardEdit::Faithful,
             ShardEdit::Duplicated,
             ShardEdit::Mislabelled,
+            ShardEdit::OutsideTheDirectory,
         ]),
     );
     let ran = std::cell::Cell::new(0);
@@ -623,6 +628,15 @@ fn sharded_checkpoints_load_or_name_the_tensor(device: &Device) {
                 let holder = weight_map[&victim].as_str().unwrap();
                 let other = if holder == files[0] { files[1] } else { files[0] };
                 weight_map.insert(victim.clone(), json!(other));
+            }
+            ShardEdit::OutsideTheDirectory => {
+                let holder = weight_map[&victim].as_str().unwrap().to_owned();
+                let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+                let outside = match picked % 2 {
+                    0 => format!("../{name}/{holder}"),
+                    _ => dir.join(&holder).display().to_string(),
+                };
+                weight_map.insert(victim.clone(), json!(outside));
             }
         }
         write_safetensors(&dir.join(files[0]), &first);

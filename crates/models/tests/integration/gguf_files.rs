@@ -12,11 +12,11 @@ use positional::testing::{assert_close, floats, once};
 use crate::common::{Tensors, read_safetensors, write_safetensors};
 
 /// One tensor to write: name, ggml type id, ggml dims (`ne`, fastest first), data.
-struct GgufTensor {
-    name: String,
-    kind: u32,
-    dims: Vec<u64>,
-    data: Vec<u8>,
+pub(crate) struct GgufTensor {
+    pub name: String,
+    pub kind: u32,
+    pub dims: Vec<u64>,
+    pub data: Vec<u8>,
 }
 
 fn string(out: &mut Vec<u8>, s: &str) {
@@ -24,8 +24,10 @@ fn string(out: &mut Vec<u8>, s: &str) {
     out.extend(s.as_bytes());
 }
 
-fn value(out: &mut Vec<u8>, v: &Value) {
-    let (kind, bytes): (u32, Vec<u8>) = match v {
+/// A value's GGUF type and its bytes after the type.
+fn payload(v: &Value) -> (u32, Vec<u8>) {
+    match v {
+        Value::I32(x) => (5, x.to_le_bytes().to_vec()),
         Value::U32(x) => (4, x.to_le_bytes().to_vec()),
         Value::F32(x) => (6, x.to_le_bytes().to_vec()),
         Value::Bool(x) => (7, vec![u8::from(*x)]),
@@ -35,14 +37,27 @@ fn value(out: &mut Vec<u8>, v: &Value) {
             (8, b)
         }
         Value::U64(x) => (10, x.to_le_bytes().to_vec()),
+        Value::Array(items) => {
+            let element = items.first().map_or(4, |first| payload(first).0);
+            let mut b = element.to_le_bytes().to_vec();
+            b.extend((items.len() as u64).to_le_bytes());
+            for item in items {
+                b.extend(payload(item).1);
+            }
+            (9, b)
+        }
         other => panic!("the test writer has no {other:?}"),
-    };
+    }
+}
+
+fn value(out: &mut Vec<u8>, v: &Value) {
+    let (kind, bytes) = payload(v);
     out.extend(kind.to_le_bytes());
     out.extend(bytes);
 }
 
 /// A GGUF v3 file: header, metadata, tensor infos, data aligned to 32.
-fn gguf_bytes(metadata: &[(&str, Value)], tensors: &[GgufTensor]) -> Vec<u8> {
+pub(crate) fn gguf_bytes(metadata: &[(&str, Value)], tensors: &[GgufTensor]) -> Vec<u8> {
     let mut out = b"GGUF".to_vec();
     out.extend(3u32.to_le_bytes());
     out.extend((tensors.len() as u64).to_le_bytes());
@@ -73,7 +88,7 @@ fn gguf_bytes(metadata: &[(&str, Value)], tensors: &[GgufTensor]) -> Vec<u8> {
     out
 }
 
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "models-gguf-{name}-{}-{:?}",
         std::process::id(),
@@ -118,7 +133,7 @@ type Weight = (String, String, Vec<usize>, Vec<f32>, Option<usize>);
 /// Edits the metadata and tensors of the tiny file before it is written.
 type Edit<'a> = &'a dyn Fn(&mut Vec<(&str, Value)>, &mut Vec<GgufTensor>);
 
-fn tiny_llama(dir: &Path) -> (PathBuf, Vec<(&'static str, Value)>, Vec<GgufTensor>) {
+pub(crate) fn tiny_llama(dir: &Path) -> (PathBuf, Vec<(&'static str, Value)>, Vec<GgufTensor>) {
     let (hidden, heads, kv_heads, head_dim, ff, vocab, layers) = (32, 4, 2, 8, 48, 40, 2);
     let config = serde_json::json!({
         "model_type": "llama", "vocab_size": vocab, "hidden_size": hidden,
@@ -410,6 +425,14 @@ fn broken_files_are_errors_naming_the_key_or_tensor(device: &Device) {
         &wrong_shape,
         "shape",
         &["model.layers.0.", "`value` = [32, 16]"],
+    );
+    // An F32 tensor labelled F16, its bytes kept: the next tensor does not start where
+    // llama.cpp expects it, which llama.cpp refuses too.
+    let relabelled = rebuilt(&|_, tensors| tensors[1].kind = 1);
+    expect(
+        &relabelled,
+        "relabelled",
+        &["blk.0.attn_norm.weight", "llama.cpp expects 2624"],
     );
     // a tensor the architecture does not have is reported, not ignored
     let extra = rebuilt(&|_, tensors| {

@@ -8,3 +8,4 @@ mod gguf_checkpoints;
 mod gguf_files;
 mod gguf_tokenizer;
 mod pretrained;
+mod untrusted_files;
