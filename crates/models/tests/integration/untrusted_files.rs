@@ -1,5 +1,6 @@
 //! Files from strangers: a GGUF file with a tokenizer and a chat template (the tiny Llama of
-//! `gguf_files`, with SmolLM2's template and a byte-level vocabulary) mutated at random: bytes of
+//! `gguf_files`, with SmolLM2's template and a byte-level vocabulary), or one of the reference
+//! GGUF files of the families (`crates/conformance/models`), mutated at random: bytes of
 //! its header flipped, a length, count or offset overwritten with an edge value, the file cut
 //! short, a byte of its tensors changed, its template edited or followed by hostile Jinja. Each
 //! must load and run (tokenizer, template, model) or be an error naming a field, within a time
@@ -177,7 +178,34 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
-fn mutated(mutation: &Mutation) -> Vec<u8> {
+/// The reference GGUF files: the repository's checkpoints of each family as llama.cpp's converter
+/// writes them (`crates/conformance/models/<family>/model.gguf`), each with its tokenizer.
+fn reference_ggufs() -> Vec<std::path::PathBuf> {
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance/models");
+    let mut files: Vec<_> = std::fs::read_dir(&models)
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("model.gguf"))
+        .filter(|path| path.is_file())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20, "{} reference GGUF files", files.len());
+    files
+}
+
+/// A reference GGUF file's bytes and where its tensor data starts.
+fn reference_file(path: &std::path::Path) -> (Vec<u8>, usize) {
+    let data_start = GgufFile::open(path)
+        .unwrap()
+        .tensors
+        .iter()
+        .map(|t| t.offset)
+        .min()
+        .unwrap();
+    (std::fs::read(path).unwrap(), data_start as usize)
+}
+
+/// The tiny file's bytes mutated by `mutation`, or, for the mutations of bytes, `reference`'s.
+fn mutated(mutation: &Mutation, reference: Option<&std::path::Path>) -> Vec<u8> {
     let template_at = |at: &prop::sample::Index| {
         let chars: Vec<(usize, char)> = SMOLLM2.char_indices().collect();
         chars[at.index(chars.len())].0
@@ -197,7 +225,10 @@ fn mutated(mutation: &Mutation) -> Vec<u8> {
         }
         Mutation::Hostile(jinja) => tiny_file(&format!("{SMOLLM2}{jinja}")).0,
         _ => {
-            let (mut bytes, header) = tiny_file(SMOLLM2);
+            let (mut bytes, header) = match reference {
+                Some(path) => reference_file(path),
+                None => tiny_file(SMOLLM2),
+            };
             match mutation {
                 Mutation::FlipHeader(at, mask) => bytes[at.index(header)] ^= mask,
                 Mutation::Overwrite(at, value) => {
@@ -222,11 +253,15 @@ fn mutated_files_load_and_run_or_name_a_field(device: &Device) {
     // The file unchanged loads, tokenizes, renders and runs.
     let (bytes, _) = tiny_file(SMOLLM2);
     assert!(loads_and_runs_or_names_a_field(&bytes, device));
+    let references = reference_ggufs();
     let loaded = std::cell::Cell::new(0);
     let cases = proptest_config(48);
     let total = cases.cases;
-    proptest!(cases, |(mutation in mutation())| {
-        let ran = loads_and_runs_or_names_a_field(&mutated(&mutation), device);
+    // Half the byte mutations hit one of the reference files instead of the tiny one.
+    let source = prop::option::of(0..references.len());
+    proptest!(cases, |(mutation in mutation(), source in source)| {
+        let reference = source.map(|i| references[i].as_path());
+        let ran = loads_and_runs_or_names_a_field(&mutated(&mutation, reference), device);
         loaded.set(loaded.get() + usize::from(ran));
     });
     // A byte of the tensors changed, and most flips of a name's or value's bytes, still load.
