@@ -281,29 +281,27 @@ impl ChatTemplate {
     }
 }
 
-/// Whether `error`, or an error beneath it (inside an include), is minijinja's out of fuel.
-fn out_of_fuel(error: &minijinja::Error) -> bool {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(current) = next {
-        if current
-            .downcast_ref::<minijinja::Error>()
-            .is_some_and(|e| e.kind() == ErrorKind::OutOfFuel)
-        {
-            return true;
-        }
-        next = current.source();
-    }
-    false
+/// `error` and the errors beneath it (an include's, a macro's), which minijinja keeps as sources.
+fn causes(error: &minijinja::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error as &(dyn std::error::Error + 'static)), |e| {
+        e.source()
+    })
 }
 
-/// A render's error and the errors beneath it (an include's, a macro's), which minijinja keeps
-/// as its sources: `could not render include` alone does not say that the depth was passed.
+/// Whether `error`, or an error beneath it (inside an include), is minijinja's out of fuel.
+fn out_of_fuel(error: &minijinja::Error) -> bool {
+    causes(error).any(|e| {
+        e.downcast_ref::<minijinja::Error>()
+            .is_some_and(|e| e.kind() == ErrorKind::OutOfFuel)
+    })
+}
+
+/// A render's error and the errors beneath it: `could not render include` alone does not say
+/// that the depth was passed.
 fn with_causes(error: &minijinja::Error) -> String {
     let mut text = format!("{error:#}");
-    let mut cause = std::error::Error::source(error);
-    while let Some(inner) = cause {
+    for inner in causes(error).skip(1) {
         text.push_str(&format!("; caused by: {inner}"));
-        cause = inner.source();
     }
     text
 }
@@ -521,7 +519,7 @@ mod tests {
     use super::*;
 
     /// SmolLM2-Instruct's template (ChatML with a default system prompt), as its GGUF carries it.
-    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+    const SMOLLM2: &str = include_str!("../tests/gguf/smollm2_chat_template.jinja");
 
     #[test]
     fn renders_chatml_with_the_default_system_prompt_and_the_generation_header() {

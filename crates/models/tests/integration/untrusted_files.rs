@@ -18,7 +18,7 @@ use proptest::sample::select;
 use crate::gguf_files::{gguf_bytes, scratch, tiny_llama};
 
 /// SmolLM2-Instruct's template (ChatML with a default system prompt), as its GGUF carries it.
-const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+const SMOLLM2: &str = include_str!("../gguf/smollm2_chat_template.jinja");
 
 /// How long one file may take to load and run: the tiny model takes milliseconds, and each
 /// bound (steps, bytes, work) stops a hostile file within a few seconds on two cores.
