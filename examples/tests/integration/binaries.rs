@@ -318,23 +318,28 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         assert_eq!(loaded.train_seconds, None);
     }
 
-    // The same seed on the same backend gives the same study.
-    let repeat = folder.join("repeat");
-    stdout_of(
-        EXTRAPOLATION,
-        &[&small[..], &["--out", repeat.to_str().unwrap()]].concat(),
-    );
-    let repeated = read_report(&repeat);
-    for (first, second) in report.results.iter().zip(&repeated.results) {
-        let what = format!("{} repeated", first.label());
-        let tolerance = tolerance(backend);
-        assert_close(
-            first.final_train_loss,
-            second.final_train_loss,
-            tolerance,
-            &what,
+    // The same seed on the same backend gives the same study. Not on WGPU, where a third run of
+    // the binary trains again on lavapipe (about a third of the test's time there): the seed
+    // draws the same data and weights whatever the backend (the CPU backends and LibTorch check
+    // it), and the reload above already holds WGPU's numbers to the trained ones.
+    if backend != "wgpu" {
+        let repeat = folder.join("repeat");
+        stdout_of(
+            EXTRAPOLATION,
+            &[&small[..], &["--out", repeat.to_str().unwrap()]].concat(),
         );
-        assert_same_evaluations(&first.evaluations, &second.evaluations, tolerance, &what);
+        let repeated = read_report(&repeat);
+        for (first, second) in report.results.iter().zip(&repeated.results) {
+            let what = format!("{} repeated", first.label());
+            let tolerance = tolerance(backend);
+            assert_close(
+                first.final_train_loss,
+                second.final_train_loss,
+                tolerance,
+                &what,
+            );
+            assert_same_evaluations(&first.evaluations, &second.evaluations, tolerance, &what);
+        }
     }
     std::fs::remove_dir_all(folder).unwrap();
 }
