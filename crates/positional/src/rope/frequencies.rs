@@ -96,10 +96,12 @@ pub struct RopeFrequencies {
 }
 
 impl RopeFrequencies {
-    /// Every inverse frequency a finite number >= 0 and the attention scaling a positive finite
-    /// one: parameters that pass each of their own checks can still combine into an infinite
-    /// base (dynamic NTK at an extreme factor or length), a zero denominator (YaRN's mscale
-    /// ratio) or an underflow, which would make every angle NaN.
+    /// Every inverse frequency a positive number within f32's range and the attention scaling a
+    /// positive finite one: parameters that pass each of their own checks can still combine into
+    /// an infinite base (dynamic NTK at an extreme factor or length), a zero denominator (YaRN's
+    /// mscale ratio), an underflow, or a frequency that transformers (which computes it in f32)
+    /// holds as infinite and whose angles overflow f64 too (LongRoPE dividing by a factor of
+    /// 1e-308): each would make angles NaN.
     pub(crate) fn check(&self, rope_type: &str) -> Result<(), PositionalError> {
         // Proportional RoPE stops the pairs past its fraction on purpose (frequency 0); under
         // any other scaling a 0 is an underflow, and those pairs would silently not turn.
@@ -111,14 +113,14 @@ impl RopeFrequencies {
         if let Some(bad) = self
             .inv_freq
             .iter()
-            .find(|w| !(w.is_finite() && **w >= lowest))
+            .find(|w| !((lowest..=f64::from(f32::MAX)).contains(*w)))
         {
             return Err(PositionalError::config(
                 "scaling",
                 bad,
                 format!(
                     "the {rope_type} parameters give this inverse frequency; each must be a \
-                     positive finite number"
+                     positive number no larger than f32::MAX"
                 ),
             ));
         }

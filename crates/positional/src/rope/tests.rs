@@ -333,6 +333,25 @@ fn invalid_inputs_are_errors(device: &Device) {
         err.contains("`positions` = -3: must be non-negative"),
         "{err}"
     );
+    // A LongRoPE long factor of 1e-308 passes its own check (positive, finite) and is used only
+    // past the original length: there its frequency 1/1e-308 is infinite in f32 (transformers'
+    // dtype) and `position * frequency` overflows f64, so the call, not init, is refused.
+    let long = RotaryEncodingConfig::new(8)
+        .with_max_position_embeddings(1)
+        .with_scaling(Some(RopeScaling::LongRope {
+            short_factor: vec![0.5; 4],
+            long_factor: vec![f64::MIN_POSITIVE; 4],
+            original_max_position_embeddings: 1,
+            factor: None,
+            attention_factor: Some(0.5),
+        }))
+        .init(device);
+    assert!(long.try_angles(0, 1).is_ok());
+    let err = long.try_angles(0, 6).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        err.contains("the longrope parameters give this inverse frequency"),
+        "{err}"
+    );
     let angles = rope.try_angles(0, 3).unwrap();
     let err = angles
         .try_apply(random([1, 1, 2, 8], device))
