@@ -410,6 +410,20 @@ impl MultiHeadAttention {
                  whose keys would need turning again); use the KV cache",
             ));
         }
+        // The segment's scores project `x` without `attend`'s checks, and Burn's ops panic on a
+        // wrong width or mixed float types.
+        let [_, seq, d_model] = x.dims();
+        if d_model != self.config.d_model || seq == 0 {
+            return Err(AttentionError::input(
+                "x.dims()",
+                x.dims(),
+                format!(
+                    "must be [batch, seq >= 1, d_model = {}]",
+                    self.config.d_model
+                ),
+            ));
+        }
+        crate::linear::check_float_type(x, &self.query)?;
         let mut cache = KvCache::new();
         let Some(mems) = mems else {
             return Ok(cache);
@@ -427,6 +441,14 @@ impl MultiHeadAttention {
                 "mems.dims()[0]",
                 batch,
                 format!("must equal the batch of x ({})", x.dims()[0]),
+            ));
+        }
+        // The memory is projected here, so it must be x's type too.
+        if mems.dtype() != x.dtype() {
+            return Err(AttentionError::input(
+                "mems.dtype()",
+                mems.dtype(),
+                format!("must be x's float type ({:?})", x.dtype()),
             ));
         }
         if mem > 0 {
@@ -578,8 +600,12 @@ impl MultiHeadAttention {
             }
         }
         let (q, k) = self.rotate(q, k, rotary_angles, &positions, axis_positions, past)?;
-        let q = match &self.config.temperature_tuning {
-            Some(tuning) => {
+        let q = match (&self.config.temperature_tuning, &positions) {
+            (Some(tuning), Some(positions)) => {
+                let scales = tuning.scales_at(positions.clone()).cast(q.dtype());
+                q * scales
+            }
+            (Some(tuning), None) => {
                 let scales: Vec<f32> = (past..past + seq)
                     .map(|index| tuning.scale(index) as f32)
                     .collect();
@@ -587,7 +613,7 @@ impl MultiHeadAttention {
                     Tensor::<4>::from_data(TensorData::new(scales, [1, 1, seq, 1]), &device);
                 q.clone() * scales.cast(q.dtype())
             }
-            None => q,
+            (None, _) => q,
         };
         let keys = match cache {
             Some(cache) => cache.append(

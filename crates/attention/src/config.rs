@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Param;
 use burn::nn::{DropoutConfig, LinearConfig};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 use positional::{
     AlibiConfig, MultiAxisRopeConfig, RelativePositionBiasConfig, RotaryEncodingConfig, XposConfig,
     is_normal_f32, unallocatable,
@@ -76,7 +76,7 @@ pub struct QkNormConfig {
 }
 
 /// Llama 4's attention temperature tuning: queries scaled up with the logarithm of their
-/// index, so that attention stays sharp over long contexts without position encoding.
+/// position, so that attention stays sharp over long contexts without position encoding.
 #[derive(Config, Debug, PartialEq)]
 pub struct TemperatureTuningConfig {
     /// The index step between scale increments (`floor_scale`).
@@ -86,9 +86,25 @@ pub struct TemperatureTuningConfig {
 }
 
 impl TemperatureTuningConfig {
-    /// The multiplier of the query at token index `index`.
+    /// The multiplier of the query at position `index`.
     pub fn scale(&self, index: usize) -> f64 {
         1.0 + self.attn_scale * ((index as f64 + 1.0) / self.floor_scale).floor().ln_1p()
+    }
+
+    /// The multipliers of queries at per-token `positions` `[rows, seq]`, `[rows, 1, seq, 1]`,
+    /// on the device in f32 as transformers computes them (`log1p(floor((p + 1) / floor_scale))
+    /// * attn_scale + 1`).
+    pub(crate) fn scales_at(&self, positions: Tensor<2, Int>) -> Tensor<4> {
+        let [rows, seq] = positions.dims();
+        positions
+            .float()
+            .add_scalar(1.0)
+            .div_scalar(self.floor_scale)
+            .floor()
+            .log1p()
+            .mul_scalar(self.attn_scale)
+            .add_scalar(1.0)
+            .reshape([rows, 1, seq, 1])
     }
 }
 
@@ -145,9 +161,11 @@ pub struct MultiHeadAttentionConfig {
     pub chunk: Option<usize>,
     /// Attention temperature tuning (Llama 4's NoPE layers; Nakanishi, 2025, "Scalable-Softmax Is
     /// Superior for Attention"): the query at token index `i` is multiplied by
-    /// `1 + attn_scale * ln(1 + floor((i + 1) / floor_scale))`. Token indices, as transformers
-    /// counts them (a left-padded row's column in the batch), not the given positions. Defaults
-    /// to none.
+    /// `1 + attn_scale * ln(1 + floor((i + 1) / floor_scale))` at its position `i`: the per-token
+    /// ids given (`AttentionInputs::positions`), else its token index. A left-padded row that
+    /// passes `cumsum(mask) - 1` is then scaled as the same prompt alone; transformers counts
+    /// the row's column in the batch instead (its `cache_position`), so its padded rows differ
+    /// from the prompt alone. Defaults to none.
     #[config(default = "None")]
     pub temperature_tuning: Option<TemperatureTuningConfig>,
     /// Attention sinks (gpt-oss): a learned logit per head that joins every row's softmax as one

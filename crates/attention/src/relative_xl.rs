@@ -345,9 +345,37 @@ mod tests {
         let x = Tensor::<3>::zeros([1, 2, D_MODEL], &device);
         let narrow = Tensor::<3>::zeros([1, 2, 6], &device);
         let error = attention
-            .try_forward_segment(x.clone(), Some(narrow), None)
+            .try_forward_segment(x.clone(), Some(narrow.clone()), None)
             .unwrap_err();
         assert!(error.to_string().contains("mems.dims()[2]"), "{error}");
+        // A memory in f64 for f32 weights (and x): projected before x is checked, where Burn's
+        // ops would panic on the mixed types.
+        let wide = Tensor::<3>::zeros([1, 2, D_MODEL], &device).cast(burn::tensor::DType::F64);
+        let error = attention
+            .try_forward_segment(x.clone(), Some(wide.clone()), None)
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`mems.dtype()` = F64: must be x's float type (F32)"),
+            "{error}"
+        );
+        let error = attention
+            .try_forward_segment(x.clone().cast(burn::tensor::DType::F64), Some(wide), None)
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`x.dtype()` = F64: must be the weights' float type (F32)"),
+            "{error}"
+        );
+        let error = attention.try_segment_scores(narrow, None).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("`x.dims()` = [1, 2, 6]: must be [batch, seq >= 1, d_model = 8]"),
+            "{error}"
+        );
         let error = attention
             .try_forward(x, AttentionInputs::new().with_positions(5))
             .unwrap_err();

@@ -201,6 +201,14 @@ impl SelfAttention {
         }
     }
 
+    /// Whether each query sees only the keys up to its own position.
+    pub fn causal(&self) -> bool {
+        match self {
+            Self::MultiHead(attention) => attention.config().causal,
+            Self::Latent(attention) => attention.config().causal,
+        }
+    }
+
     /// RoPE, when the layer rotates by it.
     pub fn rope(&self) -> Option<&RotaryEncoding> {
         match self {

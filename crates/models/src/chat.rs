@@ -9,6 +9,10 @@
 //! recurse, and, before it is compiled, in its size and in the code of any one tag (the compiler
 //! recurses once per filter, attribute or operator in a chain). It has no loader, so it reads no
 //! file and no other template; no function it can call reaches the filesystem or the network.
+//! Its divisions are checked for zero and the values it builds held to the output's bound
+//! ([`guards`]).
+
+mod guards;
 
 use std::io::Write;
 use std::path::Path;
@@ -143,6 +147,13 @@ impl ChatTemplate {
                 ),
             ));
         }
+        let guarded = guards::guarded(source).map_err(|e| {
+            ModelError::input(
+                "chat_template",
+                excerpt(source),
+                format!("is not valid Jinja: {e}"),
+            )
+        })?;
         let mut environment = Environment::new();
         environment.set_trim_blocks(true);
         environment.set_lstrip_blocks(true);
@@ -151,8 +162,9 @@ impl ChatTemplate {
             .set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         environment.add_function("raise_exception", raise_exception);
         environment.add_function("strftime_now", strftime_now);
+        environment.add_function(guards::DIVISOR, guards::divisor);
         environment
-            .add_template_owned("chat", source.to_owned())
+            .add_template_owned("chat", guarded)
             .map_err(|e| {
                 ModelError::input(
                     "chat_template",
@@ -249,6 +261,11 @@ impl ChatTemplate {
         // sets it on its own copy (which shares the compiled template).
         let mut environment = self.environment.clone();
         environment.set_fuel(Some(steps));
+        // No value the template builds may be larger than the prompt it may render.
+        let limit = output.limit;
+        environment.add_function(guards::BOUNDED, move |value: Value| {
+            guards::bounded(value, limit)
+        });
         let template = environment
             .get_template("chat")
             .map_err(|e| ModelError::input("chat_template", "", e.to_string()))?;
@@ -642,6 +659,66 @@ mod tests {
             .render(&long, false)
             .unwrap();
         assert_eq!(echo.len(), 2 * limit);
+    }
+
+    /// A zero divisor is Jinja's ZeroDivisionError, not minijinja's `inf` or NaN; other divisions
+    /// compute as before.
+    #[test]
+    fn division_by_zero_is_an_error() {
+        let one = [Message::new("user", "Hi")];
+        for source in [
+            "{{ 1 / 0 }}",
+            "{{ 1.5 // 0.0 }}",
+            "{% set x = 0 %}{{ 5 / x }}",
+            "{{ 3 / (messages|length - 1) }}",
+            "{{ 3 / ('0.4'|float)|int }}",
+            "{{ [1, 2]|map('string')|join(1 / 0) }}",
+        ] {
+            let err = render_error(source, &one);
+            assert!(err.contains("division by zero"), "{source}: {err}");
+        }
+        let render = |source: &str| {
+            ChatTemplate::new(source, "", "")
+                .unwrap()
+                .render(&one, false)
+                .unwrap()
+        };
+        assert_eq!(render("{{ 1 / 2 }} {{ 7 // 2 }} {{ 7 % 3 }}"), "0.5 3 1");
+        assert_eq!(
+            render("{{ (messages|length / 2)|int }}|{{ 'a' ~ 'b'|upper }}"),
+            "0|aB"
+        );
+    }
+
+    /// A value built past the output's bound without being printed (a string doubled in a loop
+    /// by `~`, `+` or a filter, a macro doubling its argument, a list of 2^40 items) stops at
+    /// the first value over the bound, naming it.
+    #[test]
+    fn values_past_the_output_bound_are_errors() {
+        let one = [Message::new("user", "Hi")];
+        let limit = TemplateLimits::default().rendered_bytes(&one);
+        let doubled = |step: &str| {
+            format!(
+                "{{% set ns = namespace(s='ab') %}}{{% for _ in range(40) %}}{{% set ns.s = {step} \
+                 %}}{{% endfor %}}{{{{ ns.s|length }}}}"
+            )
+        };
+        for source in [
+            doubled("ns.s ~ ns.s"),
+            doubled("ns.s + ns.s"),
+            doubled("[ns.s, ns.s]|join"),
+            doubled("ns.s.replace('a', 'aa')"),
+            "{% macro d(s, n) %}{% if n %}{{ d(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif \
+             %}{% endmacro %}{{ d('x', 40) }}"
+                .to_owned(),
+            "{{ ([0] * 2 ** 40)|list|length }}".to_owned(),
+        ] {
+            let err = render_error(&source, &one);
+            assert!(
+                err.contains(&format!("over the {limit} the rendered prompt may hold")),
+                "{source}: {err}"
+            );
+        }
     }
 
     /// A macro calling itself, a template including itself, and one including a file: the first

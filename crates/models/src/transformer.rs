@@ -556,6 +556,21 @@ impl Transformer {
                 format!("must equal the number of layers ({})", self.blocks.len()),
             ));
         }
+        // A bidirectional layer (an encoder's: BERT, T5's) lets every token see every other of
+        // one input; a cache would split the input into calls whose earlier tokens never see the
+        // later ones. transformers' encoders take no cache either.
+        if let Some(layer) = self
+            .blocks
+            .iter()
+            .position(|block| !block.attention.causal())
+        {
+            return Err(ModelError::config(
+                format!("blocks[{layer}].attention.causal"),
+                false,
+                "a bidirectional layer (an encoder) takes its whole input in one call: use \
+                 try_forward, not a cache",
+            ));
+        }
         if let Some(first) = caches.first()
             && let Some(other) = caches.iter().find(|c| c.len() != first.len())
         {
@@ -1173,6 +1188,38 @@ pub(crate) mod tests {
         assert!(error.to_string().contains("no head"), "{error}");
     }
     once!(head_of_hidden_states_is_the_logits);
+
+    /// An encoder's bidirectional layers take no cache: split over two cached calls, the first
+    /// tokens would never see the later ones (T5's encoder, BERT).
+    fn an_encoder_refuses_the_cache(device: &Device) {
+        let bidirectional = tiny_attention(PositionalScheme::None).with_causal(false);
+        let causal = tiny_attention(PositionalScheme::None);
+        let mut config = tiny_decoder([causal, bidirectional], device)
+            .config()
+            .clone();
+        config.head = OutputHead::Hidden;
+        let encoder = config.init(device);
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4]], device);
+        assert!(encoder.try_forward(ids.clone(), ModelInputs::new()).is_ok());
+        let mut caches = encoder.new_caches();
+        for error in [
+            encoder
+                .try_forward_cached(ids.clone(), ModelInputs::new(), &mut caches)
+                .unwrap_err(),
+            encoder
+                .try_hidden_cached(ids, ModelInputs::new(), &mut caches)
+                .unwrap_err(),
+        ] {
+            assert!(
+                error
+                    .to_string()
+                    .contains("`blocks[1].attention.causal` = false: a bidirectional layer"),
+                "{error}"
+            );
+        }
+        assert!(caches.iter().all(KvCache::is_empty));
+    }
+    once!(an_encoder_refuses_the_cache);
 
     /// The ALiBi bias a model computes once per setting at explicit positions gives what each
     /// layer computes for itself: two settings (two `max_bias`) and a windowed layer, which

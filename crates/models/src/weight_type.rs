@@ -401,7 +401,9 @@ mod tests {
     /// f16) is refused by name.
     fn narrowing_reads_the_computing_type_from_the_norms(device: &Device) {
         let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(16));
-        let attention = attention::MultiHeadAttentionConfig::new(32, 2).with_positional(rope);
+        let attention = attention::MultiHeadAttentionConfig::new(32, 2)
+            .with_causal(true)
+            .with_positional(rope);
         let norm = NormConfig::new(32, NormKind::Rms, 1e-6);
         let block = BlockConfig::new(
             attention.into(),

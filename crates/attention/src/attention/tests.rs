@@ -474,8 +474,8 @@ fn decoding_equals_the_full_pass(device: &Device) {
 for_each_backend!(decoding_equals_the_full_pass);
 
 /// Llama 4's options through the cache: chunks count the positions of cached keys, and the
-/// temperature of a query counts its token index past the cache, a prompt and then one token at
-/// a time giving the whole pass, a left-padded row (positions `cumsum(mask) - 1`) included.
+/// temperature of a query its position, a prompt and then one token at a time giving the whole
+/// pass, a left-padded row (positions `cumsum(mask) - 1`) included.
 fn chunks_and_temperature_decode_as_the_full_pass(device: &Device) {
     let rope = PositionalScheme::Rope(RotaryEncodingConfig::new(8));
     let configs = [
@@ -610,16 +610,6 @@ fn reference_attention(
     if let Some(rope) = &module.rope {
         (q, k) = rope.forward(q, k, positions.clone());
     }
-    if let Some(tuning) = &config.temperature_tuning {
-        // 1 + attn_scale * ln(1 + floor((i + 1) / floor_scale)) at column i, written out.
-        let scales: Vec<f32> = (0..seq)
-            .map(|i| {
-                let steps = ((i + 1) as f64 / tuning.floor_scale).floor();
-                (1.0 + tuning.attn_scale * (1.0 + steps).ln()) as f32
-            })
-            .collect();
-        q = q * Tensor::<4>::from_data(TensorData::new(scales, [1, 1, seq, 1]), &device);
-    }
     let host_positions: Vec<i64> = positions
         .clone()
         .expand([batch, seq])
@@ -627,6 +617,18 @@ fn reference_attention(
         .convert::<i64>()
         .try_into_vec::<i64>()
         .unwrap();
+    if let Some(tuning) = &config.temperature_tuning {
+        // 1 + attn_scale * ln(1 + floor((p + 1) / floor_scale)) at each token's position p,
+        // written out.
+        let scales: Vec<f32> = host_positions
+            .iter()
+            .map(|&p| {
+                let steps = ((p + 1) as f64 / tuning.floor_scale).floor();
+                (1.0 + tuning.attn_scale * (1.0 + steps).ln()) as f32
+            })
+            .collect();
+        q = q * Tensor::<4>::from_data(TensorData::new(scales, [batch, 1, seq, 1]), &device);
+    }
     let groups = heads / kv_heads;
     let owners: Vec<i64> = (0..heads).map(|h| (h / groups) as i64).collect();
     let owners = Tensor::<1, Int>::from_data(TensorData::new(owners, [heads]), &device);
@@ -813,12 +815,21 @@ for_each_backend!(every_option_equals_the_reference);
 /// A left-padded row with positions counted over its tokens gives, at its tokens, what the row
 /// gives alone without padding: what batched generation relies on.
 fn left_padding_with_positions_equals_the_row_alone(device: &Device) {
-    for scheme in every_scheme(8) {
-        let module = MultiHeadAttentionConfig::new(32, 4)
+    let base = |scheme| {
+        MultiHeadAttentionConfig::new(32, 4)
             .with_n_kv_heads(Some(2))
             .with_causal(true)
             .with_positional(scheme)
-            .init(device);
+    };
+    // Llama 4's options count positions too: its chunks, and the temperature of its NoPE
+    // layers (floor_scale 2, so that the 5 positions take three scales).
+    let llama4 = [
+        base(PositionalScheme::None).with_chunk(Some(2)),
+        base(PositionalScheme::None)
+            .with_temperature_tuning(Some(TemperatureTuningConfig::new(2.0, 0.5))),
+    ];
+    for config in every_scheme(8).into_iter().map(base).chain(llama4) {
+        let module = config.init(device);
         let alone = random([1, 5, 32], device);
         let padded = Tensor::cat(vec![random([1, 3, 32], device), alone.clone()], 1);
         let mask = Tensor::<2, Int>::from_data([[1, 1, 1, 0, 0, 0, 0, 0]], device).bool();

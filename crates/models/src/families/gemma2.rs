@@ -32,10 +32,21 @@ fn gelu_pytorch_tanh() -> String {
     "gelu_pytorch_tanh".into()
 }
 
-/// Llama with Gemma 2's changes, for Gemma 3 to build on.
-pub(super) fn read(file: &HuggingFaceConfig) -> Result<Llama, ModelError> {
+/// Llama with Gemma 2's changes, for Gemma 3 to build on: without `layer_types`, layer `i`
+/// slides unless `(i + 1) % pattern` is 0 (`Gemma2Config` alternates, pattern 2).
+pub(super) fn read(file: &HuggingFaceConfig, pattern: usize) -> Result<Llama, ModelError> {
     let gemma: Gemma2Config = file.parse()?;
-    let mut llama = Llama::read(file)?;
+    if pattern == 0 {
+        return Err(ModelError::config(
+            "sliding_window_pattern",
+            0,
+            "must be at least 1",
+        ));
+    }
+    let mut llama = Llama::read_with_default_types(file, |layer, _| match (layer + 1) % pattern {
+        0 => "full_attention",
+        _ => "sliding_attention",
+    })?;
     let d_model = llama.config.hidden_size;
     llama.norm.kind = NormKind::RmsUnitOffset;
     llama.layout = BlockLayout::Sandwich;
@@ -60,7 +71,7 @@ pub(super) fn read(file: &HuggingFaceConfig) -> Result<Llama, ModelError> {
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
-    Ok(read(file)?.architecture())
+    Ok(read(file, 2)?.architecture())
 }
 
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {

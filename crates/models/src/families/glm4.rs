@@ -30,6 +30,8 @@ fn eps_1_5625e_7() -> f64 {
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
     let glm: Glm4Config = file.parse()?;
+    // `Glm4Config` rotates half of each head where the file says nothing.
+    let file = &file.with_default("partial_rotary_factor", 0.5);
     let mut llama = Llama::read(file)?;
     llama.norm.eps = glm.rms_norm_eps;
     llama.layout = BlockLayout::Sandwich;

@@ -33,7 +33,28 @@ fn limit() -> f64 {
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
     let gpt_oss: GptOssConfig = file.parse()?;
-    let mut llama = Llama::read(file)?;
+    // `GptOssConfig`'s defaults where the file says nothing: base 150,000, the YaRN of the
+    // published models (a `rope_scaling` of an older file takes its place), and sliding layers
+    // alternating with full ones, the first sliding.
+    let mut file = file.with_default("rope_theta", 150_000.0);
+    if !file.json().contains_key("rope_scaling") {
+        file = file.with_default(
+            "rope_parameters",
+            serde_json::json!({
+                "rope_type": "yarn",
+                "factor": 32.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": false,
+                "original_max_position_embeddings": 4096,
+            }),
+        );
+    }
+    let file = &file;
+    let mut llama = Llama::read_with_default_types(file, |layer, _| match layer % 2 {
+        0 => "sliding_attention",
+        _ => "full_attention",
+    })?;
     let experts = MixtureOfExpertsConfig::new(
         llama.config.hidden_size,
         llama.config.intermediate_size,

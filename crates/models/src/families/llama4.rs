@@ -129,6 +129,8 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
     };
     // The chunk's default (8,192) is Llama 4's, not Llama's: Llama's reader finds it in the file.
     let file = file.with_default("attention_chunk_size", llama4.attention_chunk_size);
+    // `Llama4TextConfig.default_theta`, where neither `rope_parameters` nor `rope_theta` gives one.
+    let file = file.with_default("rope_theta", 500_000.0);
     let mut llama = Llama::read_with_default_types(&file, defaults)?;
     llama.norm.eps = llama4.rms_norm_eps;
     let tuning = llama4

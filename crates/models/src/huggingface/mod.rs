@@ -21,7 +21,7 @@ mod config;
 mod import;
 mod load;
 mod names;
-mod rope;
+pub(crate) mod rope;
 mod safetensors;
 
 pub use checkpoint::Checkpoint;
@@ -621,7 +621,9 @@ mod tests {
                     r#""rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}"#,
                     r#""rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6}, "local_attention": {"rope_type": "default", "rope_theta": 1e4}}"#,
                 ),
-                "`rope_parameters` = \"local_attention\": names a layer type that layer_types does not",
+                // transformers reads the dicts of the layers' types and ignores the rest; the
+                // sliding layer has none.
+                "has no dict for layer type \"sliding_attention\" of layer_types",
             ),
             (
                 with("").replace(r#"["sliding_attention", "full_attention"]"#, r#"["sliding_attention", "chunked"]"#),

@@ -153,12 +153,12 @@ pub(crate) fn rope_configs_of_types(
         }
         RopeParams::PerLayerType(per_type) => {
             for (layer_type, params) in per_type {
+                // transformers reads the dicts of the types its layers have
+                // (`nested_rope_parameter_keys`) and ignores the rest: Gemma 3's two dicts serve
+                // a model whose layers all slide. A misspelt type leaves its layers without one,
+                // an error below.
                 if !layer_types.contains(layer_type) {
-                    return Err(ModelError::config(
-                        "rope_parameters",
-                        layer_type,
-                        format!("names a layer type that layer_types does not ({layer_types:?})"),
-                    ));
+                    continue;
                 }
                 let params = params.as_object().ok_or_else(|| {
                     ModelError::config(
@@ -180,6 +180,46 @@ pub(crate) fn rope_configs_of_types(
         }
     }
     Ok(configs)
+}
+
+/// transformers' `convert_rope_params_to_dict` of the config classes that give full and sliding
+/// layers a RoPE dict each (Gemma 3's, OLMo 3's), written as the dicts the reader takes: the
+/// file's dict of each type, else `{"rope_type": "default"}`; a legacy `rope_scaling` merged
+/// into the full layers' only; and, where a type's dict has no `rope_theta`, the top-level field
+/// `full.0` / `sliding.0` names (when there is one and the file has it), else `full.1` /
+/// `sliding.1`, the class's default. Other entries of the file's `rope_parameters` that hold no
+/// dict are dropped, as transformers ignores them (a shared dict of such a family included).
+pub(crate) fn with_rope_per_layer_type(
+    file: &HuggingFaceConfig,
+    full: (Option<&str>, f64),
+    sliding: (Option<&str>, f64),
+) -> HuggingFaceConfig {
+    let json = file.json();
+    let mut nested = match json.get("rope_parameters") {
+        Some(Value::Object(params)) => params
+            .iter()
+            .filter(|(key, value)| value.is_object() || key.ends_with("_attention"))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        // Not a dict: the reader names it.
+        Some(_) => return file.clone(),
+        None => Object::new(),
+    };
+    let default = || Value::Object(Object::from_iter([("rope_type".into(), "default".into())]));
+    if let Some(Value::Object(scaling)) = json.get("rope_scaling")
+        && let Value::Object(full) = nested.entry("full_attention").or_insert_with(default)
+    {
+        full.extend(scaling.clone());
+    }
+    for (layer_type, (field, theta)) in [("full_attention", full), ("sliding_attention", sliding)] {
+        if let Value::Object(params) = nested.entry(layer_type).or_insert_with(default) {
+            let top_level = field.and_then(|field| json.get(field)).cloned();
+            params
+                .entry("rope_theta")
+                .or_insert_with(|| top_level.unwrap_or_else(|| theta.into()));
+        }
+    }
+    file.with_value("rope_parameters", Value::Object(nested))
 }
 
 /// The multi-axis RoPE of a vision-language model's text layers, when its RoPE dict has an
@@ -266,11 +306,13 @@ fn settings(
     let params: RopeParameters = parse_value(&Value::Object(params.clone()), at)?;
     let model_type = fields.model_type.as_str();
     let head_dim = head_dim(fields)?;
-    let theta = params
-        .rope_theta
-        .or(fields.rope_theta)
-        .or(fields.rotary_emb_base)
-        .unwrap_or(10_000.0);
+    // GPT-NeoX's config class reads its base from `rotary_emb_base` alone (a top-level
+    // `rope_theta` is left unused there).
+    let top_level_theta = match model_type {
+        "gpt_neox" => fields.rotary_emb_base,
+        _ => fields.rope_theta.or(fields.rotary_emb_base),
+    };
+    let theta = params.rope_theta.or(top_level_theta).unwrap_or(10_000.0);
     let max_position_embeddings = fields
         .max_position_embeddings
         .or(fields.n_positions)
@@ -619,7 +661,7 @@ mod tests {
         let err = read_types(&unnamed).unwrap_err();
         assert!(
             err.to_string()
-                .contains("`rope_parameters` = \"global\": names a layer type"),
+                .contains("has no dict for layer type \"full_attention\" of layer_types"),
             "{err}"
         );
         let uncovered = GEMMA3.replace(

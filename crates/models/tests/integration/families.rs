@@ -125,3 +125,96 @@ fn default_theta_where_the_file_gives_none() {
         assert_eq!(rope.theta, theta, "{family}");
     }
 }
+
+/// The factor a scaling was read with (`None` where it has none or derives it).
+fn scaling_factor(scaling: &positional::RopeScaling) -> Option<f64> {
+    use positional::RopeScaling::*;
+    match scaling {
+        Linear { factor } | Dynamic { factor, .. } | Llama3 { factor, .. } => Some(*factor),
+        Yarn { factor, .. } | LongRope { factor, .. } => *factor,
+        Proportional { factor, .. } => Some(*factor),
+    }
+}
+
+/// What transformers' config classes make of files that leave fields out or write them the old
+/// way (`tests/huggingface/config_defaults.json`, by `crates/conformance/generate/config_defaults.py`
+/// from each RoPE family's reference config): each layer's window, chunk and RoPE (type, base,
+/// factor, rotating width) are the ones transformers resolves, its family's defaults included
+/// (gpt-oss's YaRN and base, Llama 4's and OLMo 3's base, Gemma 3's bases per layer type, GLM-4's
+/// partial rotary, Gemma 2's and gpt-oss's default layer types, a legacy `rope_scaling` on Gemma
+/// 3's and OLMo 3's full layers only), and a file transformers refuses is an error.
+#[test]
+fn transformers_config_defaults_fill_what_the_file_leaves_out() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/huggingface/config_defaults.json");
+    let cases: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = cases["cases"].as_array().unwrap();
+    assert!(cases.len() >= 60, "{} cases", cases.len());
+    let mut wrong = Vec::new();
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let config = case["config"].as_object().unwrap();
+        let read = read(config);
+        if let Some(error) = case.get("error") {
+            if read.is_ok() {
+                wrong.push(format!("{name}: read, where transformers raises {error}"));
+            }
+            continue;
+        }
+        let architecture = match read {
+            Ok(architecture) => architecture,
+            Err(error) => {
+                wrong.push(format!("{name}: {error}"));
+                continue;
+            }
+        };
+        let layer_types = case["layer_types"].as_array();
+        let window = case["sliding_window"].as_u64().map(|w| w as usize);
+        let chunk = case["attention_chunk_size"].as_u64().map(|c| c as usize);
+        for (layer, block) in architecture.blocks.iter().enumerate() {
+            let layer_type =
+                layer_types.map_or("full_attention", |types| types[layer].as_str().unwrap());
+            let SelfAttentionConfig::MultiHead(attention) = &block.attention else {
+                continue;
+            };
+            let (want_window, want_chunk) = match (layer_types, layer_type) {
+                // No layer types (Mistral): the window, where set, is every layer's.
+                (None, _) => (window, None),
+                (_, "sliding_attention") => (window, None),
+                (_, "chunked_attention") => (None, chunk),
+                _ => (None, None),
+            };
+            if (attention.sliding_window, attention.chunk) != (want_window, want_chunk) {
+                wrong.push(format!(
+                    "{name}: layer {layer} ({layer_type}) has window {:?} and chunk {:?}, \
+                     transformers {want_window:?} and {want_chunk:?}",
+                    attention.sliding_window, attention.chunk
+                ));
+            }
+            // NoPE layers (SmolLM3's and Llama 4's `no_rope_layers`) have no RoPE to compare.
+            let Some(rope) = block.attention.rope() else {
+                continue;
+            };
+            let want = &case["rope"][layer_type];
+            let got = (
+                rope.scaling.as_ref().map_or("default", |s| s.rope_type()),
+                rope.theta,
+                rope.scaling.as_ref().and_then(scaling_factor),
+                rope.rotary_dim(),
+            );
+            let expected = (
+                want["rope_type"].as_str().unwrap(),
+                want["rope_theta"].as_f64().unwrap(),
+                want["factor"].as_f64(),
+                want["rotary_dim"].as_u64().unwrap() as usize,
+            );
+            if got != expected {
+                wrong.push(format!(
+                    "{name}: layer {layer} ({layer_type}) reads RoPE {got:?}, transformers \
+                     {expected:?}"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

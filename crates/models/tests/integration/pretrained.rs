@@ -269,6 +269,59 @@ fn loading_with_a_weight_type_is_narrowing_after_loading(device: &Device) {
 // `weight_type::tests::narrow_matrices_compute_as_their_rounded_values`.
 for_each_backend!(loading_with_a_weight_type_is_narrowing_after_loading: ndarray, flex, tch);
 
+/// A left-padded row gives, at its tokens, the logits of its prompt alone: in every decoder whose
+/// positions count tokens (`PositionIds::FromMask`, derived from the padding mask), Llama 4's
+/// chunks (8) and the temperature of its NoPE layers (floor_scale 4) included, whose prompt of
+/// 10 tokens crosses a chunk and three temperatures.
+fn a_padded_row_gives_the_logits_of_its_prompt_alone(device: &Device) {
+    let prompt = [5i64, 17, 33, 2, 40, 41, 7, 8, 9, 10];
+    let (pad, len) = (3, prompt.len());
+    let mut families = Vec::new();
+    for entry in std::fs::read_dir(checkpoint("")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("config.json").is_file() {
+            continue;
+        }
+        let model = Pretrained::load(&dir, device).unwrap().model;
+        if model.config().positions != models::PositionIds::FromMask
+            || !model.config().head.is_logits()
+        {
+            continue;
+        }
+        let alone = model.forward(
+            Tensor::<2, Int>::from_data(TensorData::new(prompt.to_vec(), [1, len]), device),
+            ModelInputs::new(),
+        );
+        let longer: Vec<i64> = (11..11 + (pad + len) as i64).collect();
+        let padded: Vec<i64> = [0; 3].into_iter().chain(prompt).collect();
+        let ids = Tensor::<2, Int>::from_data(
+            TensorData::new([longer, padded].concat(), [2, pad + len]),
+            device,
+        );
+        let mask: Vec<bool> = (0..2 * (pad + len))
+            .map(|i| i >= pad + len && i < pad + len + pad)
+            .collect();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [2, pad + len]), device);
+        let batch = model.forward(ids, ModelInputs::new().with_padding_mask(mask));
+        let row = batch.narrow(0, 1, 1).narrow(1, pad, len);
+        let family = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let (got, want) = (floats(&row.into_data()), floats(&alone.into_data()));
+        let largest = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            largest < 1e-4,
+            "{family}: the padded row differs by {largest}"
+        );
+        families.push(family);
+    }
+    assert!(families.contains(&"llama4_text".to_owned()), "{families:?}");
+    assert!(families.len() >= 15, "{families:?}");
+}
+once!(a_padded_row_gives_the_logits_of_its_prompt_alone);
+
 /// A left-padded batch generates for each row what that row generates alone.
 fn batched_generation_matches_each_prompt_alone(device: &Device) {
     for family in ["llama3", "gemma2", "bloom"] {
@@ -405,12 +458,16 @@ fn config_fields_of_the_wrong_length_or_type_are_named(device: &Device) {
             "{err}"
         );
     }
-    // The same with the other entry gone: the dict is no longer nested at all.
+    // The same with the other entry gone (Gemma 3's config class gives the sliding layers
+    // their default dict, and `full_attention` is still not one).
     edit_config(&dir, |c| {
         c["rope_parameters"] = serde_json::json!({"full_attention": 5, "rope_theta": 10000.0});
     });
     let err = error_of(&dir, device);
-    assert!(err.contains("\\\"full_attention\\\": 5"), "{err}");
+    assert!(
+        err.contains("`rope_parameters` = Number(5): must hold an object for each layer type"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 
     let dir = scratch_copy("llama3", "layers");

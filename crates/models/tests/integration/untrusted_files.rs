@@ -401,3 +401,191 @@ fn a_vocabulary_too_long_to_derive_merges_from_is_refused(device: &Device) {
 }
 
 once!(a_vocabulary_too_long_to_derive_merges_from_is_refused);
+
+/// One change to a safetensors header (the JSON before the tensors' bytes), at a tensor picked
+/// by index.
+#[derive(Debug, Clone)]
+enum HeaderEdit {
+    /// `data_offsets[i]` moved by a signed amount (overlap, gap, past the file, reversed).
+    Offset(usize, i64),
+    /// `data_offsets` set to a value of another JSON type.
+    OffsetsValue(serde_json::Value),
+    /// `dtype` set to this value (another dtype of the same or another width, an unknown name,
+    /// a number).
+    Dtype(serde_json::Value),
+    /// One axis of `shape` changed (0, one more or less, past memory), or the shape replaced.
+    Axis(usize, u64),
+    Shape(serde_json::Value),
+    /// `__metadata__` set to this value (strings are what the library accepts).
+    Metadata(serde_json::Value),
+    /// The tensor's entry removed, or given an unknown key.
+    Removed,
+    Extra,
+}
+
+fn header_edit() -> impl Strategy<Value = HeaderEdit> {
+    use serde_json::json;
+    prop_oneof![
+        (
+            0usize..2,
+            select(vec![-4i64, -1, 1, 4, 1 << 40, i64::MIN / 2])
+        )
+            .prop_map(|(i, by)| HeaderEdit::Offset(i, by)),
+        select(vec![
+            json!(null),
+            json!([0]),
+            json!([1, 2, 3]),
+            json!("0,8"),
+            json!([-1, 8])
+        ])
+        .prop_map(HeaderEdit::OffsetsValue),
+        select(vec![
+            json!("F16"),
+            json!("BF16"),
+            json!("F64"),
+            json!("I32"),
+            json!("U8"),
+            json!("BOOL"),
+            json!("F8_E4M3"),
+            json!("Q4"),
+            json!(7),
+        ])
+        .prop_map(HeaderEdit::Dtype),
+        (0usize..3, select(vec![0u64, 1, 2, 3, 1 << 40, u64::MAX]))
+            .prop_map(|(axis, to)| HeaderEdit::Axis(axis, to)),
+        select(vec![
+            json!([]),
+            json!([1]),
+            json!("[2, 2]"),
+            json!([-2, 2]),
+            json!(null)
+        ])
+        .prop_map(HeaderEdit::Shape),
+        select(vec![
+            json!(7),
+            json!(["a"]),
+            json!({"format": 1}),
+            json!({"format": "pt"}),
+            json!({}),
+        ])
+        .prop_map(HeaderEdit::Metadata),
+        Just(HeaderEdit::Removed),
+        Just(HeaderEdit::Extra),
+    ]
+}
+
+/// A family's `model.safetensors` with `edit` applied to its header at tensor `tensor` (modulo
+/// their number); the tensors' bytes as they were.
+fn edited_header(path: &std::path::Path, tensor: usize, edit: &HeaderEdit) -> Vec<u8> {
+    use serde_json::Value as Json;
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Map<String, Json> =
+        serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    let names: Vec<String> = header
+        .keys()
+        .filter(|k| *k != "__metadata__")
+        .cloned()
+        .collect();
+    let name = &names[tensor % names.len()];
+    let entry = header[name].as_object_mut().unwrap();
+    match edit {
+        HeaderEdit::Offset(i, by) => {
+            let at = entry["data_offsets"][*i].as_i64().unwrap();
+            entry["data_offsets"][*i] = Json::from(at.saturating_add(*by));
+        }
+        HeaderEdit::OffsetsValue(value) => {
+            entry.insert("data_offsets".into(), value.clone());
+        }
+        HeaderEdit::Dtype(value) => {
+            entry.insert("dtype".into(), value.clone());
+        }
+        HeaderEdit::Axis(axis, to) => {
+            let shape = entry["shape"].as_array_mut().unwrap();
+            if !shape.is_empty() {
+                let axis = axis % shape.len();
+                shape[axis] = Json::from(*to);
+            }
+        }
+        HeaderEdit::Shape(value) => {
+            entry.insert("shape".into(), value.clone());
+        }
+        HeaderEdit::Metadata(value) => {
+            header.insert("__metadata__".into(), value.clone());
+        }
+        HeaderEdit::Removed => {
+            header.remove(name);
+        }
+        HeaderEdit::Extra => {
+            entry.insert("scale".into(), Json::from(2.0));
+        }
+    }
+    let text = serde_json::to_vec(&header).unwrap();
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text);
+    out.extend(&bytes[8 + len..]);
+    out
+}
+
+/// Safetensors headers edited at random, every field of a tensor's entry and `__metadata__`:
+/// the checkpoint loads and gives the original's logits (an edit the format allows and the
+/// model does not see, such as string metadata), or the load is an error naming a field; never
+/// other weights read silently, a panic or an abort.
+fn edited_safetensors_headers_give_the_original_or_name_a_field(device: &Device) {
+    let families = ["llama3", "gpt2", "phi3", "gemma3", "bert"];
+    let dir = std::env::temp_dir().join(format!("models-headers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids = Tensor::<2, Int>::from_data([[3, 14, 15, 9, 2, 6]], device);
+    let original: Vec<Vec<f32>> = families
+        .iter()
+        .map(|family| {
+            let model = Pretrained::load(crate::common::checkpoint(family), device)
+                .unwrap()
+                .model;
+            let out = model.forward(ids.clone(), ModelInputs::new());
+            out.into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .unwrap()
+        })
+        .collect();
+    // `Ok(true)`: loaded with the original's logits; `Ok(false)`: an error naming a field.
+    let check = |family: usize, tensor: usize, edit: &HeaderEdit| -> Result<bool, String> {
+        let source = crate::common::checkpoint(families[family]);
+        std::fs::copy(source.join("config.json"), dir.join("config.json")).unwrap();
+        let bytes = edited_header(&source.join("model.safetensors"), tensor, edit);
+        std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+        match Pretrained::load(&dir, device) {
+            Ok(pretrained) => {
+                let out = pretrained
+                    .model
+                    .try_forward(ids.clone(), ModelInputs::new())
+                    .map_err(|e| format!("{edit:?}: {e}"))?;
+                let got: Vec<f32> = out
+                    .into_data()
+                    .convert::<f32>()
+                    .try_into_vec::<f32>()
+                    .unwrap();
+                match got == original[family] {
+                    true => Ok(true),
+                    false => Err(format!("{edit:?} loaded other weights")),
+                }
+            }
+            Err(error) if names_a_field(&error) => Ok(false),
+            Err(error) => Err(format!("{edit:?}: {error}")),
+        }
+    };
+    // Both sides of the property hold somewhere: string metadata loads as the original, a
+    // dtype of another width is refused.
+    let metadata = HeaderEdit::Metadata(serde_json::json!({"format": "pt"}));
+    assert_eq!(check(0, 0, &metadata), Ok(true));
+    let dtype = HeaderEdit::Dtype(serde_json::json!("F16"));
+    assert_eq!(check(0, 0, &dtype), Ok(false));
+    let strategy = (0..families.len(), any::<usize>(), header_edit());
+    proptest!(proptest_config(48), |((family, tensor, edit) in strategy)| {
+        check(family, tensor, &edit).map_err(TestCaseError::fail)?;
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+once!(edited_safetensors_headers_give_the_original_or_name_a_field);

@@ -1,0 +1,291 @@
+//! Checks a chat template's expressions run under, where minijinja computes what Jinja refuses or
+//! holds no bound of its own: the source is rewritten before it compiles.
+//!
+//! - A divisor of `/` or `//` passes through `__divisor(..)`: Python raises ZeroDivisionError on
+//!   a zero one, where minijinja gives `inf` or NaN (`{{ 1 / 0 }}` renders "inf").
+//! - The value of every `+`, `*` and `~`, every filter and every call passes through
+//!   `__bounded(..)`, which refuses a string or a sequence longer than the render's output
+//!   bound: a string doubled in a loop, or `[0] * 2 ** 40` turned into a list, is an error at
+//!   the first step past the bound instead of an allocation that aborts the process. (A value
+//!   is measured once it exists, so one step can still build up to its own growth factor past
+//!   the bound; the captures of `{% set %}...{% endset %}` and in-place `append` are not seen.)
+//!
+//! Each rewrite wraps one expression's source range, found from the spans of its node and its
+//! children in minijinja's own parse (`unstable_machinery`, pinned by Cargo.lock): ranges nest,
+//! so the wrapped source parses to the same tree with the calls added.
+
+use minijinja::machinery::{WhitespaceConfig, ast};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Value, ValueKind};
+use minijinja::{Error, ErrorKind};
+
+/// The function that checks a divisor.
+pub(super) const DIVISOR: &str = "__divisor";
+/// The function that bounds a value.
+pub(super) const BOUNDED: &str = "__bounded";
+
+/// `source` with the guards inserted, or minijinja's parse error.
+pub(super) fn guarded(source: &str) -> Result<String, Error> {
+    let whitespace = WhitespaceConfig {
+        keep_trailing_newline: false,
+        lstrip_blocks: true,
+        trim_blocks: true,
+    };
+    let tree = minijinja::machinery::parse(source, "chat", SyntaxConfig, whitespace)?;
+    let mut wraps = Vec::new();
+    statement(source, &tree, &mut wraps);
+    // Openings and closings in source order; where several meet at one offset, closings first,
+    // the outer range opening before the inner and the inner closing before the outer.
+    let mut edits: Vec<(usize, bool, usize, String)> = Vec::with_capacity(2 * wraps.len());
+    for Wrap {
+        start,
+        end,
+        function,
+    } in wraps
+    {
+        edits.push((start, true, usize::MAX - end, format!("{function}(")));
+        edits.push((end, false, usize::MAX - start, ")".to_owned()));
+    }
+    edits.sort_by_key(|(offset, opens, order, _)| (*offset, *opens, *order));
+    let mut out = String::with_capacity(source.len() + edits.len() * 12);
+    let mut at = 0;
+    for (offset, _, _, text) in edits {
+        out.push_str(&source[at..offset]);
+        out.push_str(&text);
+        at = offset;
+    }
+    out.push_str(&source[at..]);
+    Ok(out)
+}
+
+/// `__divisor(v)`: `v`, unless it is a zero number.
+pub(super) fn divisor(value: Value) -> Result<Value, Error> {
+    let zero =
+        value.kind() == ValueKind::Number && f64::try_from(value.clone()).is_ok_and(|v| v == 0.0);
+    match zero {
+        true => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "division by zero (Jinja raises ZeroDivisionError)",
+        )),
+        false => Ok(value),
+    }
+}
+
+/// `__bounded(v)` under `limit`: `v`, unless it is a string of more than `limit` bytes or a
+/// sequence, iterable or map of more than `limit` items.
+pub(super) fn bounded(value: Value, limit: usize) -> Result<Value, Error> {
+    let size = match value.kind() {
+        ValueKind::String => value.as_str().map_or(0, str::len),
+        ValueKind::Bytes => value.as_bytes().map_or(0, <[u8]>::len),
+        _ => value.len().unwrap_or(0),
+    };
+    match size > limit {
+        true => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "a value of {size} bytes or items, over the {limit} the rendered prompt may hold"
+            ),
+        )),
+        false => Ok(value),
+    }
+}
+
+/// One expression's source range, to pass through `function`.
+struct Wrap {
+    start: usize,
+    end: usize,
+    function: &'static str,
+}
+
+fn statements(source: &str, body: &[ast::Stmt], wraps: &mut Vec<Wrap>) {
+    for stmt in body {
+        statement(source, stmt, wraps);
+    }
+}
+
+fn statement(source: &str, stmt: &ast::Stmt, wraps: &mut Vec<Wrap>) {
+    use ast::Stmt;
+    match stmt {
+        Stmt::Template(t) => statements(source, &t.children, wraps),
+        Stmt::EmitExpr(e) => expression(source, &e.expr, wraps),
+        Stmt::EmitRaw(_) => {}
+        Stmt::ForLoop(f) => {
+            expression(source, &f.iter, wraps);
+            if let Some(filter) = &f.filter_expr {
+                expression(source, filter, wraps);
+            }
+            statements(source, &f.body, wraps);
+            statements(source, &f.else_body, wraps);
+        }
+        Stmt::IfCond(c) => {
+            expression(source, &c.expr, wraps);
+            statements(source, &c.true_body, wraps);
+            statements(source, &c.false_body, wraps);
+        }
+        Stmt::WithBlock(w) => {
+            for (_, value) in &w.assignments {
+                expression(source, value, wraps);
+            }
+            statements(source, &w.body, wraps);
+        }
+        Stmt::Set(s) => expression(source, &s.expr, wraps),
+        Stmt::SetBlock(s) => statements(source, &s.body, wraps),
+        Stmt::AutoEscape(a) => statements(source, &a.body, wraps),
+        Stmt::FilterBlock(f) => statements(source, &f.body, wraps),
+        Stmt::Block(b) => statements(source, &b.body, wraps),
+        Stmt::Import(i) => expression(source, &i.expr, wraps),
+        Stmt::FromImport(i) => expression(source, &i.expr, wraps),
+        Stmt::Extends(e) => expression(source, &e.name, wraps),
+        Stmt::Include(i) => expression(source, &i.name, wraps),
+        Stmt::Macro(m) => {
+            for default in &m.defaults {
+                expression(source, default, wraps);
+            }
+            statements(source, &m.body, wraps);
+        }
+        // The call of `{% call %}` and `{% do %}` stays a call (the syntax needs one, and
+        // `caller` goes to it); its arguments are guarded.
+        Stmt::CallBlock(c) => {
+            call_parts(source, &c.call, wraps);
+            for default in &c.macro_decl.defaults {
+                expression(source, default, wraps);
+            }
+            statements(source, &c.macro_decl.body, wraps);
+        }
+        Stmt::Do(d) => call_parts(source, &d.call, wraps),
+    }
+}
+
+/// The callee and arguments of a call that must stay a call (`{% call %}`, `{% do %}`).
+fn call_parts(source: &str, call: &ast::Call, wraps: &mut Vec<Wrap>) {
+    expression(source, &call.expr, wraps);
+    for arg in &call.args {
+        match arg {
+            ast::CallArg::Pos(e)
+            | ast::CallArg::Kwarg(_, e)
+            | ast::CallArg::PosSplat(e)
+            | ast::CallArg::KwargSplat(e) => expression(source, e, wraps),
+        }
+    }
+}
+
+fn wrap(source: &str, expr: &ast::Expr, function: &'static str, wraps: &mut Vec<Wrap>) {
+    let (start, end) = with_parentheses(source, extent(expr));
+    wraps.push(Wrap {
+        start,
+        end,
+        function,
+    });
+}
+
+fn expression(source: &str, expr: &ast::Expr, wraps: &mut Vec<Wrap>) {
+    use ast::{BinOpKind, Expr};
+    for child in children(expr) {
+        expression(source, child, wraps);
+    }
+    match expr {
+        Expr::BinOp(b) => match b.op {
+            BinOpKind::Div | BinOpKind::FloorDiv => wrap(source, &b.right, DIVISOR, wraps),
+            BinOpKind::Add | BinOpKind::Mul | BinOpKind::Concat => {
+                wrap(source, expr, BOUNDED, wraps)
+            }
+            _ => {}
+        },
+        // A filter of a value (not the `{% filter %}` block's name alone), and every call.
+        Expr::Filter(f) if f.expr.is_some() => wrap(source, expr, BOUNDED, wraps),
+        Expr::Call(_) => wrap(source, expr, BOUNDED, wraps),
+        _ => {}
+    }
+}
+
+/// The expressions `expr` holds, its operands and arguments.
+fn children<'s, 'a>(expr: &'s ast::Expr<'a>) -> Vec<&'s ast::Expr<'a>> {
+    use ast::Expr;
+    let argument = |arg: &'s ast::CallArg<'a>| match arg {
+        ast::CallArg::Pos(e)
+        | ast::CallArg::Kwarg(_, e)
+        | ast::CallArg::PosSplat(e)
+        | ast::CallArg::KwargSplat(e) => e,
+    };
+    match expr {
+        Expr::Var(_) | Expr::Const(_) => Vec::new(),
+        Expr::Slice(s) => std::iter::once(&s.expr)
+            .chain([&s.start, &s.stop, &s.step].into_iter().flatten())
+            .collect(),
+        Expr::UnaryOp(u) => vec![&u.expr],
+        Expr::BinOp(b) => vec![&b.left, &b.right],
+        Expr::Compare(c) => std::iter::once(&c.expr)
+            .chain(c.ops.iter().map(|op| &op.expr))
+            .collect(),
+        Expr::IfExpr(i) => [&i.test_expr, &i.true_expr]
+            .into_iter()
+            .chain(&i.false_expr)
+            .collect(),
+        Expr::Filter(f) => f.expr.iter().chain(f.args.iter().map(argument)).collect(),
+        Expr::Test(t) => std::iter::once(&t.expr)
+            .chain(t.args.iter().map(argument))
+            .collect(),
+        Expr::GetAttr(g) => vec![&g.expr],
+        Expr::GetItem(g) => vec![&g.expr, &g.subscript_expr],
+        Expr::Call(c) => std::iter::once(&c.expr)
+            .chain(c.args.iter().map(argument))
+            .collect(),
+        Expr::List(l) => l.items.iter().collect(),
+        Expr::Map(m) => m.keys.iter().chain(&m.values).collect(),
+    }
+}
+
+/// The source range `[start, end)` of `expr` and all it holds: a node's own span can start
+/// after its operand (a filter's starts at its name).
+fn extent(expr: &ast::Expr) -> (usize, usize) {
+    let span = expr.span();
+    children(expr).into_iter().map(extent).fold(
+        (span.start_offset as usize, span.end_offset as usize),
+        |(start, end), (child_start, child_end)| (start.min(child_start), end.max(child_end)),
+    )
+}
+
+/// `range` widened over the parentheses around its start or end: a node's span leaves out the
+/// parentheses of a parenthesised operand (`(x)|int` spans `x)|int`), and a call inserted inside
+/// them would take the operand alone, not its filter. Counts parentheses outside string
+/// literals.
+fn with_parentheses(source: &str, (mut start, mut end): (usize, usize)) -> (usize, usize) {
+    let bytes = source.as_bytes();
+    let (mut unclosed, mut unopened) = (0usize, 0usize);
+    let mut quote = None;
+    let mut i = start;
+    while i < end {
+        let byte = bytes[i];
+        match quote {
+            Some(_) if byte == b'\\' => i += 1,
+            Some(q) if byte == q => quote = None,
+            Some(_) => {}
+            None => match byte {
+                b'\'' | b'"' => quote = Some(byte),
+                b'(' => unclosed += 1,
+                b')' if unclosed > 0 => unclosed -= 1,
+                b')' => unopened += 1,
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    while unopened > 0 && start > 0 {
+        start -= 1;
+        match bytes[start] {
+            b'(' => unopened -= 1,
+            byte if byte.is_ascii_whitespace() => {}
+            // Not a parenthesis around the operand: leave the range as the parser gave it.
+            _ => return (start + 1, end),
+        }
+    }
+    while unclosed > 0 && end < bytes.len() {
+        match bytes[end] {
+            b')' => unclosed -= 1,
+            byte if byte.is_ascii_whitespace() => {}
+            _ => break,
+        }
+        end += 1;
+    }
+    (start, end)
+}
