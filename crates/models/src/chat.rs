@@ -688,6 +688,14 @@ mod tests {
             render("{{ (messages|length / 2)|int }}|{{ 'a' ~ 'b'|upper }}"),
             "0|aB"
         );
+        // Long chains written flat stay flat: one check around each chain, not one per link
+        // (nested past the parser's depth, they would refuse the template).
+        let concat = format!("{{{{ 'a'{} }}}}", " ~ 'a'".repeat(299));
+        assert_eq!(render(&concat), "a".repeat(300));
+        let filters = format!("{{{{ 'A'{} }}}}", "|lower|upper".repeat(200));
+        assert_eq!(render(&filters), "A");
+        let sums = format!("{{{{ 1{} }}}}", " + 1 * 1".repeat(299));
+        assert_eq!(render(&sums), "300");
     }
 
     /// A value built past the output's bound without being printed (a string doubled in a loop

@@ -107,39 +107,39 @@ fn statement(source: &str, stmt: &ast::Stmt, wraps: &mut Vec<Wrap>) {
     use ast::Stmt;
     match stmt {
         Stmt::Template(t) => statements(source, &t.children, wraps),
-        Stmt::EmitExpr(e) => expression(source, &e.expr, wraps),
+        Stmt::EmitExpr(e) => expression(source, &e.expr, Holder::Other, wraps),
         Stmt::EmitRaw(_) => {}
         Stmt::ForLoop(f) => {
-            expression(source, &f.iter, wraps);
+            expression(source, &f.iter, Holder::Other, wraps);
             if let Some(filter) = &f.filter_expr {
-                expression(source, filter, wraps);
+                expression(source, filter, Holder::Other, wraps);
             }
             statements(source, &f.body, wraps);
             statements(source, &f.else_body, wraps);
         }
         Stmt::IfCond(c) => {
-            expression(source, &c.expr, wraps);
+            expression(source, &c.expr, Holder::Other, wraps);
             statements(source, &c.true_body, wraps);
             statements(source, &c.false_body, wraps);
         }
         Stmt::WithBlock(w) => {
             for (_, value) in &w.assignments {
-                expression(source, value, wraps);
+                expression(source, value, Holder::Other, wraps);
             }
             statements(source, &w.body, wraps);
         }
-        Stmt::Set(s) => expression(source, &s.expr, wraps),
+        Stmt::Set(s) => expression(source, &s.expr, Holder::Other, wraps),
         Stmt::SetBlock(s) => statements(source, &s.body, wraps),
         Stmt::AutoEscape(a) => statements(source, &a.body, wraps),
         Stmt::FilterBlock(f) => statements(source, &f.body, wraps),
         Stmt::Block(b) => statements(source, &b.body, wraps),
-        Stmt::Import(i) => expression(source, &i.expr, wraps),
-        Stmt::FromImport(i) => expression(source, &i.expr, wraps),
-        Stmt::Extends(e) => expression(source, &e.name, wraps),
-        Stmt::Include(i) => expression(source, &i.name, wraps),
+        Stmt::Import(i) => expression(source, &i.expr, Holder::Other, wraps),
+        Stmt::FromImport(i) => expression(source, &i.expr, Holder::Other, wraps),
+        Stmt::Extends(e) => expression(source, &e.name, Holder::Other, wraps),
+        Stmt::Include(i) => expression(source, &i.name, Holder::Other, wraps),
         Stmt::Macro(m) => {
             for default in &m.defaults {
-                expression(source, default, wraps);
+                expression(source, default, Holder::Other, wraps);
             }
             statements(source, &m.body, wraps);
         }
@@ -148,7 +148,7 @@ fn statement(source: &str, stmt: &ast::Stmt, wraps: &mut Vec<Wrap>) {
         Stmt::CallBlock(c) => {
             call_parts(source, &c.call, wraps);
             for default in &c.macro_decl.defaults {
-                expression(source, default, wraps);
+                expression(source, default, Holder::Other, wraps);
             }
             statements(source, &c.macro_decl.body, wraps);
         }
@@ -158,14 +158,9 @@ fn statement(source: &str, stmt: &ast::Stmt, wraps: &mut Vec<Wrap>) {
 
 /// The callee and arguments of a call that must stay a call (`{% call %}`, `{% do %}`).
 fn call_parts(source: &str, call: &ast::Call, wraps: &mut Vec<Wrap>) {
-    expression(source, &call.expr, wraps);
+    expression(source, &call.expr, Holder::Other, wraps);
     for arg in &call.args {
-        match arg {
-            ast::CallArg::Pos(e)
-            | ast::CallArg::Kwarg(_, e)
-            | ast::CallArg::PosSplat(e)
-            | ast::CallArg::KwargSplat(e) => expression(source, e, wraps),
-        }
+        expression(source, argument(arg), Holder::Other, wraps);
     }
 }
 
@@ -178,35 +173,71 @@ fn wrap(source: &str, expr: &ast::Expr, function: &'static str, wraps: &mut Vec<
     });
 }
 
-fn expression(source: &str, expr: &ast::Expr, wraps: &mut Vec<Wrap>) {
+/// What holds an expression, for whether its value is checked there or by its holder: the
+/// checks of a chain (`a ~ b ~ c`, `x|f|g`) go around the whole chain, since a call around each
+/// link would nest them as deep as the chain is long, past minijinja's parser's depth (150)
+/// for a chain the template wrote flat.
+#[derive(Clone, Copy, PartialEq)]
+enum Holder {
+    /// A `+`, `*` or `~`.
+    Growing,
+    /// A filter, of this value.
+    Filter,
+    Other,
+}
+
+fn expression(source: &str, expr: &ast::Expr, holder: Holder, wraps: &mut Vec<Wrap>) {
     use ast::{BinOpKind, Expr};
-    for child in children(expr) {
-        expression(source, child, wraps);
-    }
+    let growing =
+        |b: &ast::BinOp| matches!(b.op, BinOpKind::Add | BinOpKind::Mul | BinOpKind::Concat);
     match expr {
-        Expr::BinOp(b) => match b.op {
-            BinOpKind::Div | BinOpKind::FloorDiv => wrap(source, &b.right, DIVISOR, wraps),
-            BinOpKind::Add | BinOpKind::Mul | BinOpKind::Concat => {
-                wrap(source, expr, BOUNDED, wraps)
+        Expr::BinOp(b) if growing(b) => {
+            for child in children(expr) {
+                expression(source, child, Holder::Growing, wraps);
             }
-            _ => {}
-        },
-        // A filter of a value (not the `{% filter %}` block's name alone), and every call.
-        Expr::Filter(f) if f.expr.is_some() => wrap(source, expr, BOUNDED, wraps),
-        Expr::Call(_) => wrap(source, expr, BOUNDED, wraps),
-        _ => {}
+            if holder != Holder::Growing {
+                wrap(source, expr, BOUNDED, wraps);
+            }
+        }
+        Expr::Filter(f) => {
+            if let Some(value) = &f.expr {
+                expression(source, value, Holder::Filter, wraps);
+            }
+            for arg in &f.args {
+                expression(source, argument(arg), Holder::Other, wraps);
+            }
+            // A filter of a value (not the `{% filter %}` block's name alone).
+            if f.expr.is_some() && holder != Holder::Filter {
+                wrap(source, expr, BOUNDED, wraps);
+            }
+        }
+        _ => {
+            for child in children(expr) {
+                expression(source, child, Holder::Other, wraps);
+            }
+            match expr {
+                Expr::BinOp(b) if matches!(b.op, BinOpKind::Div | BinOpKind::FloorDiv) => {
+                    wrap(source, &b.right, DIVISOR, wraps)
+                }
+                Expr::Call(_) => wrap(source, expr, BOUNDED, wraps),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn argument<'s, 'a>(arg: &'s ast::CallArg<'a>) -> &'s ast::Expr<'a> {
+    match arg {
+        ast::CallArg::Pos(e)
+        | ast::CallArg::Kwarg(_, e)
+        | ast::CallArg::PosSplat(e)
+        | ast::CallArg::KwargSplat(e) => e,
     }
 }
 
 /// The expressions `expr` holds, its operands and arguments.
 fn children<'s, 'a>(expr: &'s ast::Expr<'a>) -> Vec<&'s ast::Expr<'a>> {
     use ast::Expr;
-    let argument = |arg: &'s ast::CallArg<'a>| match arg {
-        ast::CallArg::Pos(e)
-        | ast::CallArg::Kwarg(_, e)
-        | ast::CallArg::PosSplat(e)
-        | ast::CallArg::KwargSplat(e) => e,
-    };
     match expr {
         Expr::Var(_) | Expr::Const(_) => Vec::new(),
         Expr::Slice(s) => std::iter::once(&s.expr)
