@@ -197,7 +197,8 @@ def validate_rope_config(config, positions):
         max_positions = config.get("max_position_embeddings")
         require(max_positions is not None, f"{kind} without a factor needs max_position_embeddings")
         factor = max_positions / scaling["original_max_position_embeddings"]
-    require(factor is not None and factor >= 1, "scaling factor must be >= 1")
+    # transformers only warns below 1 and computes; 0 would give infinite frequencies.
+    require(factor is not None and factor > 0, "scaling factor must be > 0")
     if kind == "dynamic":
         # the NTK base is raised to rotary_dim / (rotary_dim - 2)
         require(rotary_dim > 2, "dynamic scaling needs rotary_dim > 2")

@@ -219,14 +219,16 @@ impl RopeScaling {
             )),
             _ => Ok(()),
         };
-        let factor_at_least_one = |field: &'static str, factor: f64| {
-            if factor.is_finite() && factor >= 1.0 {
+        // transformers only warns below 1 (the positions stretch by 1 / factor) and computes;
+        // 0 gives infinite frequencies there, and a negative factor turns the other way.
+        let positive_factor = |field: &'static str, factor: f64| {
+            if factor.is_finite() && factor > 0.0 {
                 Ok(())
             } else {
                 Err(PositionalError::config(
                     field,
                     factor,
-                    "must be a finite number >= 1",
+                    "must be a positive finite number",
                 ))
             }
         };
@@ -242,12 +244,12 @@ impl RopeScaling {
             }
         };
         match self {
-            Self::Linear { factor } => factor_at_least_one("scaling.factor", *factor),
+            Self::Linear { factor } => positive_factor("scaling.factor", *factor),
             Self::Dynamic {
                 factor,
                 original_max_position_embeddings,
             } => {
-                factor_at_least_one("scaling.factor", *factor)?;
+                positive_factor("scaling.factor", *factor)?;
                 positive_length(*original_max_position_embeddings)?;
                 if rotary_dim < 4 {
                     // The exponent d / (d - 2) is undefined for d = 2.
@@ -270,7 +272,7 @@ impl RopeScaling {
                 ..
             } => {
                 if let Some(factor) = factor {
-                    factor_at_least_one("scaling.factor", *factor)?;
+                    positive_factor("scaling.factor", *factor)?;
                 }
                 positive_length(*original_max_position_embeddings)?;
                 attention_factor_in_range(attention_factor)?;
@@ -307,7 +309,7 @@ impl RopeScaling {
                 high_freq_factor,
                 original_max_position_embeddings,
             } => {
-                factor_at_least_one("scaling.factor", *factor)?;
+                positive_factor("scaling.factor", *factor)?;
                 positive_length(*original_max_position_embeddings)?;
                 // transformers divides the original length by each (Python raises on zero)
                 // and only warns when high is not above low: with the two equal (Llama 4
@@ -685,13 +687,15 @@ mod tests {
 
     #[test]
     fn invalid_scalings_name_their_field() {
-        let err = RopeScaling::Linear { factor: 0.5 }
+        let err = RopeScaling::Linear { factor: 0.0 }
             .validate(16)
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid configuration: `scaling.factor` = 0.5: must be a finite number >= 1"
+            "invalid configuration: `scaling.factor` = 0.0: must be a positive finite number"
         );
+        // Below 1 transformers warns and computes: so does this.
+        assert!(RopeScaling::Linear { factor: 0.5 }.validate(16).is_ok());
         let err = RopeScaling::LongRope {
             short_factor: vec![1.0; 3],
             long_factor: vec![1.0; 8],
