@@ -261,10 +261,25 @@ impl ChatTemplate {
         // sets it on its own copy (which shares the compiled template).
         let mut environment = self.environment.clone();
         environment.set_fuel(Some(steps));
-        // No value the template builds may be larger than the prompt it may render.
+        // No value the template builds may be larger than the prompt it may render, and all
+        // it emits, captures included, is counted.
         let limit = output.limit;
         environment.add_function(guards::BOUNDED, move |value: Value| {
             guards::bounded(value, limit)
+        });
+        let emitted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let budget = limit.saturating_mul(guards::EMITTED_PER_RENDERED);
+        let counted = emitted.clone();
+        environment.add_function(guards::RAW, move |bytes: usize| {
+            guards::count(&counted, bytes, budget).map(|()| Value::from(""))
+        });
+        environment.set_formatter(move |out, state, value| {
+            let bytes = match value.as_str() {
+                Some(text) => text.len(),
+                None => value.to_string().len(),
+            };
+            guards::count(&emitted, bytes, budget)?;
+            minijinja::escape_formatter(out, state, value)
         });
         let template = environment
             .get_template("chat")
@@ -726,6 +741,96 @@ mod tests {
                 err.contains(&format!("over the {limit} the rendered prompt may hold")),
                 "{source}: {err}"
             );
+        }
+    }
+
+    /// A template in the manner of Qwen 2.5's: whitespace control on every tag, indented.
+    const QWEN_STYLE: &str = r#"{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"#;
+
+    /// What a loop emits into a capture, a macro's body or a filter block, never printed
+    /// whole, is counted like the prompt: 10 MB a time 100,000 times stops at the emission
+    /// budget, for expressions and for template text; output is the same with the counting.
+    #[test]
+    fn captures_are_counted_as_they_fill() {
+        let one = [Message::new("user", "Hi")];
+        let budget = TemplateLimits::default().rendered_bytes(&one) * guards::EMITTED_PER_RENDERED;
+        let text = "y".repeat(4000);
+        for source in [
+            "{% set big = 'x' * 10000000 %}{% set t %}{% for i in range(100000) %}{{ big }}\
+             {% endfor %}{% endset %}{{ t|length }}"
+                .to_owned(),
+            "{% set big = 'x' * 10000000 %}{% macro m() %}{% for i in range(100000) %}{{ big }}\
+             {% endfor %}{% endmacro %}{{ m()|length }}"
+                .to_owned(),
+            format!(
+                "{{% filter upper %}}{{% for i in range(100000) %}}{{% for j in range(100) %}}\
+                 {text}{{% endfor %}}{{% endfor %}}{{% endfilter %}}"
+            ),
+            format!(
+                "{{% set t %}}{{% for i in range(100000) %}}{{% for j in range(100) %}}\
+                 {spaces}{{% endfor %}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}",
+                spaces = " ".repeat(4000)
+            ),
+        ] {
+            let err = render_error(&source, &one);
+            assert!(
+                err.contains(&format!("more than {budget} bytes emitted")),
+                "{}: {err}",
+                &source[..60]
+            );
+        }
+        // Text keeps its whitespace control (the count sits after its first printed
+        // character): the same output as minijinja without the guards, a Qwen 2.5-style
+        // template included.
+        let one = [
+            Message::new("system", "Be brief."),
+            Message::new("user", "Hi"),
+            Message::new("assistant", "Hello."),
+        ];
+        let plain = |source: &str| {
+            let mut environment = Environment::new();
+            environment.set_trim_blocks(true);
+            environment.set_lstrip_blocks(true);
+            environment.add_template("t", source).unwrap();
+            let template = environment.get_template("t").unwrap();
+            template
+                .render(minijinja::context! { messages => &one, add_generation_prompt => true })
+                .unwrap()
+        };
+        for source in [
+            "{% for m in messages %}\n  <{{ m.role }}>  {%- if true %} x {% endif -%}\n  !\n{% endfor %}",
+            "{%- for m in messages -%}\n\t{{- m.content -}}\n  é {# c #}  \n{% endfor %}\n",
+            "  {% raw %} {{ raw }} {% endraw %}\n{%+ if true %}\n a{% endif %}",
+            "{% macro m(x) -%}\n  [{{ x }}]\n{%- endmacro %}{% set t %} {{ m(1) }} z{% endset %}{{ t }}",
+            QWEN_STYLE,
+            "{% if true %}\n\n\n    {% endif %}|{% if true %}  \t  {% endif %}|{% if true -%}\n  \n  {%- endif %}|\n  {% if true %} {% endif %}",
+        ] {
+            let rendered = ChatTemplate::new(source, "", "")
+                .unwrap()
+                .render(&one, true)
+                .unwrap();
+            assert_eq!(rendered, plain(source), "{source:?}");
         }
     }
 

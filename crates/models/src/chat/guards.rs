@@ -10,6 +10,14 @@
 //!   is measured once it exists, so one step can still build up to its own growth factor past
 //!   the bound; the captures of `{% set %}...{% endset %}` and in-place `append` are not seen.)
 //!
+//! - Every byte a render emits, into the prompt or into a capture (`{% set %}…{% endset %}`, a
+//!   macro's body, a `{% filter %}` block), is counted against a budget of
+//!   [`EMITTED_PER_RENDERED`] times the output bound: expressions by the formatter, template
+//!   text by a `{{ __raw(n) }}` inserted after its first character that is not whitespace (so
+//!   that `trim_blocks`, `lstrip_blocks` and `-` cut the same whitespace). A capture that a loop
+//!   fills without printing it stops there. (`{% raw %}` blocks are not counted: a count inside
+//!   one would print, and one beside it would change what the tags beside it strip.)
+//!
 //! Each rewrite wraps one expression's source range, found from the spans of its node and its
 //! children in minijinja's own parse (`unstable_machinery`, pinned by Cargo.lock): ranges nest,
 //! so the wrapped source parses to the same tree with the calls added.
@@ -23,6 +31,11 @@ use minijinja::{Error, ErrorKind};
 pub(super) const DIVISOR: &str = "__divisor";
 /// The function that bounds a value.
 pub(super) const BOUNDED: &str = "__bounded";
+/// The function that counts a piece of template text.
+pub(super) const RAW: &str = "__raw";
+/// How many times the output bound a render may emit in all: a byte of the prompt is emitted
+/// once more for each capture or macro it passed through on its way there.
+pub(super) const EMITTED_PER_RENDERED: usize = 8;
 
 /// `source` with the guards inserted, or minijinja's parse error.
 pub(super) fn guarded(source: &str) -> Result<String, Error> {
@@ -34,6 +47,8 @@ pub(super) fn guarded(source: &str) -> Result<String, Error> {
     let tree = minijinja::machinery::parse(source, "chat", SyntaxConfig, whitespace)?;
     let mut wraps = Vec::new();
     statement(source, &tree, &mut wraps);
+    let mut markers = Vec::new();
+    raw_markers(source, &tree, &mut markers);
     // Openings and closings in source order; where several meet at one offset, closings first,
     // the outer range opening before the inner and the inner closing before the outer.
     let mut edits: Vec<(usize, bool, usize, String)> = Vec::with_capacity(2 * wraps.len());
@@ -46,6 +61,9 @@ pub(super) fn guarded(source: &str) -> Result<String, Error> {
         edits.push((start, true, usize::MAX - end, format!("{function}(")));
         edits.push((end, false, usize::MAX - start, ")".to_owned()));
     }
+    for (offset, len) in markers {
+        edits.push((offset, true, usize::MAX, format!("{{{{ {RAW}({len}) }}}}")));
+    }
     edits.sort_by_key(|(offset, opens, order, _)| (*offset, *opens, *order));
     let mut out = String::with_capacity(source.len() + edits.len() * 12);
     let mut at = 0;
@@ -56,6 +74,25 @@ pub(super) fn guarded(source: &str) -> Result<String, Error> {
     }
     out.push_str(&source[at..]);
     Ok(out)
+}
+
+/// Adds `bytes` to what a render has emitted, or the error of a render past `budget`.
+pub(super) fn count(
+    emitted: &std::sync::atomic::AtomicUsize,
+    bytes: usize,
+    budget: usize,
+) -> Result<(), Error> {
+    let before = emitted.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    match before.saturating_add(bytes) > budget {
+        true => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "more than {budget} bytes emitted into the prompt and its captures \
+                 ({EMITTED_PER_RENDERED} times the rendered prompt's bound)"
+            ),
+        )),
+        false => Ok(()),
+    }
 }
 
 /// `__divisor(v)`: `v`, unless it is a zero number.
@@ -319,4 +356,73 @@ fn with_parentheses(source: &str, (mut start, mut end): (usize, usize)) -> (usiz
         end += 1;
     }
     (start, end)
+}
+
+/// Where to count each piece of template text (`{{ __raw(n) }}` at the offset, `n` its bytes),
+/// in text that is not a `{% raw %}` block's.
+fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, usize)>) {
+    use ast::Stmt;
+    let mut body = |body: &[ast::Stmt]| {
+        for stmt in body {
+            raw_markers(source, stmt, markers);
+        }
+    };
+    match stmt {
+        Stmt::Template(t) => body(&t.children),
+        Stmt::EmitRaw(r) => {
+            // The lexer's text is a slice of the source.
+            let offset = (r.raw.as_ptr() as usize).wrapping_sub(source.as_ptr() as usize);
+            let in_source = offset
+                .checked_add(r.raw.len())
+                .is_some_and(|end| end <= source.len());
+            if !in_source || in_raw_block(&source[..offset]) {
+                return;
+            }
+            // After the first character that is not whitespace; in text of whitespace only
+            // (which exists only where no neighbouring tag strips it with `-`), after its first
+            // character, inside what `trim_blocks` and `lstrip_blocks` leave.
+            let printed = r.raw.char_indices().find(|(_, c)| !c.is_whitespace());
+            let (at, c) =
+                printed.unwrap_or_else(|| r.raw.char_indices().next().unwrap_or((0, ' ')));
+            let end = at + c.len_utf8();
+            if printed.is_some() || end < r.raw.len() {
+                markers.push((offset + end, r.raw.len()));
+            }
+        }
+        Stmt::ForLoop(f) => {
+            body(&f.body);
+            body(&f.else_body);
+        }
+        Stmt::IfCond(c) => {
+            body(&c.true_body);
+            body(&c.false_body);
+        }
+        Stmt::WithBlock(w) => body(&w.body),
+        Stmt::SetBlock(s) => body(&s.body),
+        Stmt::AutoEscape(a) => body(&a.body),
+        Stmt::FilterBlock(f) => body(&f.body),
+        Stmt::Block(b) => body(&b.body),
+        Stmt::Macro(m) => body(&m.body),
+        Stmt::CallBlock(c) => body(&c.macro_decl.body),
+        Stmt::EmitExpr(_)
+        | Stmt::Set(_)
+        | Stmt::Import(_)
+        | Stmt::FromImport(_)
+        | Stmt::Extends(_)
+        | Stmt::Include(_)
+        | Stmt::Do(_) => {}
+    }
+}
+
+/// Whether text starting after `before` is a `{% raw %}` block's: the last tag before it is
+/// `raw` (with any whitespace control).
+fn in_raw_block(before: &str) -> bool {
+    let before = before.trim_end();
+    let Some(tag) = before.strip_suffix("%}") else {
+        return false;
+    };
+    let Some(start) = tag.rfind("{%") else {
+        return false;
+    };
+    tag[start + 2..].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace()) == "raw"
 }
