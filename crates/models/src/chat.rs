@@ -273,6 +273,27 @@ impl ChatTemplate {
         environment.add_function(guards::RAW, move |bytes: usize| {
             guards::count(&counted, bytes, budget).map(|()| Value::from(""))
         });
+        // The filters and methods that can build far more than their input are checked first.
+        for name in guards::GROWING_FILTERS {
+            let builtin = match name {
+                "replace" => Value::from_function(minijinja::filters::replace),
+                "indent" => Value::from_function(minijinja::filters::indent),
+                "join" => Value::from_function(minijinja::filters::join),
+                "batch" => Value::from_function(minijinja::filters::batch),
+                _ => Value::from_function(minijinja::filters::format),
+            };
+            environment.add_filter(
+                name,
+                move |state: &minijinja::State, args: minijinja::value::Rest<Value>| {
+                    guards::check_growth(name, guards::filter_growth(name, &args), limit)?;
+                    builtin.call(state, &args)
+                },
+            );
+        }
+        environment.set_unknown_method_callback(move |state, value, method, args| {
+            guards::check_growth(method, guards::method_growth(value, method, args), limit)?;
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        });
         environment.set_formatter(move |out, state, value| {
             let bytes = match value.as_str() {
                 Some(text) => text.len(),
@@ -735,6 +756,16 @@ mod tests {
              %}{% endmacro %}{{ d('x', 40) }}"
                 .to_owned(),
             "{{ ([0] * 2 ** 40)|list|length }}".to_owned(),
+            // One step from small arguments: checked before the filter or method runs.
+            "{{ ('a' * 10000000)|replace('a', 'a' * 10000000) }}".to_owned(),
+            "{{ ('a' * 10000000).replace('a', 'a' * 10000000) }}".to_owned(),
+            "{{ 'a\nb'|indent(10 ** 12) }}".to_owned(),
+            "{{ 'a\nb'|indent(width=10 ** 12) }}".to_owned(),
+            "{{ [1]|batch(10 ** 15)|list }}".to_owned(),
+            "{{ (['x' * 10000000] * 100)|join }}".to_owned(),
+            "{{ ','.join(['x' * 10000000] * 100) }}".to_owned(),
+            "{{ '%1000000000000d'|format(1) }}".to_owned(),
+            "{{ '{:>1000000000000}'.format(1) }}".to_owned(),
         ] {
             let err = render_error(&source, &one);
             assert!(
@@ -742,6 +773,22 @@ mod tests {
                 "{source}: {err}"
             );
         }
+        // The same filters and methods at ordinary sizes compute as before.
+        let render = |source: &str| {
+            ChatTemplate::new(source, "", "")
+                .unwrap()
+                .render(&one, false)
+                .unwrap()
+        };
+        assert_eq!(
+            render(
+                "{{ 'ab'|replace('b', 'c') }} {{ 'ab'.replace('a', 'x') }} {{ 'a\nb'|indent(2) }} \
+                 {{ 'a\nb'|indent(width=1, first=true) }} {{ [1, 2, 3]|batch(2, 0)|list }} \
+                 {{ ['a', 'b']|join('-') }} {{ '-'.join(['c', 'd']) }} {{ '%3d'|format(7) }} \
+                 {{ '{:>3}'.format(7) }}"
+            ),
+            "ac xb a\n  b  a\n b [[1, 2], [3, 0]] a-b c-d   7   7"
+        );
     }
 
     /// A template in the manner of Qwen 2.5's: whitespace control on every tag, indented.
@@ -792,6 +839,10 @@ mod tests {
                  {spaces}{{% endfor %}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}",
                 spaces = " ".repeat(4000)
             ),
+            format!(
+                "{{% set t %}}{{% for i in range(100000) %}}{{% for j in range(100) %}}\
+                 {{% raw %}}{text}{{% endraw %}}{{% endfor %}}{{% endfor %}}{{% endset %}}{{{{ t|length }}}}"
+            ),
         ] {
             let err = render_error(&source, &one);
             assert!(
@@ -822,6 +873,7 @@ mod tests {
             "{% for m in messages %}\n  <{{ m.role }}>  {%- if true %} x {% endif -%}\n  !\n{% endfor %}",
             "{%- for m in messages -%}\n\t{{- m.content -}}\n  é {# c #}  \n{% endfor %}\n",
             "  {% raw %} {{ raw }} {% endraw %}\n{%+ if true %}\n a{% endif %}",
+            "a\n    {%- raw %} {{ x }}\n{% endraw -%}\n  b\n  {%+ raw -%}  c  {%- endraw %}\n d",
             "{% macro m(x) -%}\n  [{{ x }}]\n{%- endmacro %}{% set t %} {{ m(1) }} z{% endset %}{{ t }}",
             QWEN_STYLE,
             "{% if true %}\n\n\n    {% endif %}|{% if true %}  \t  {% endif %}|{% if true -%}\n  \n  {%- endif %}|\n  {% if true %} {% endif %}",

@@ -15,8 +15,8 @@
 //!   [`EMITTED_PER_RENDERED`] times the output bound: expressions by the formatter, template
 //!   text by a `{{ __raw(n) }}` inserted after its first character that is not whitespace (so
 //!   that `trim_blocks`, `lstrip_blocks` and `-` cut the same whitespace). A capture that a loop
-//!   fills without printing it stops there. (`{% raw %}` blocks are not counted: a count inside
-//!   one would print, and one beside it would change what the tags beside it strip.)
+//!   fills without printing it stops there. A `{% raw %}` block's text is counted by a
+//!   `{% do __raw(n) %}` just before its tag, which takes over the tag's whitespace control.
 //!
 //! Each rewrite wraps one expression's source range, found from the spans of its node and its
 //! children in minijinja's own parse (`unstable_machinery`, pinned by Cargo.lock): ranges nest,
@@ -61,8 +61,8 @@ pub(super) fn guarded(source: &str) -> Result<String, Error> {
         edits.push((start, true, usize::MAX - end, format!("{function}(")));
         edits.push((end, false, usize::MAX - start, ")".to_owned()));
     }
-    for (offset, len) in markers {
-        edits.push((offset, true, usize::MAX, format!("{{{{ {RAW}({len}) }}}}")));
+    for (offset, text) in markers {
+        edits.push((offset, true, usize::MAX, text));
     }
     edits.sort_by_key(|(offset, opens, order, _)| (*offset, *opens, *order));
     let mut out = String::with_capacity(source.len() + edits.len() * 12);
@@ -358,9 +358,10 @@ fn with_parentheses(source: &str, (mut start, mut end): (usize, usize)) -> (usiz
     (start, end)
 }
 
-/// Where to count each piece of template text (`{{ __raw(n) }}` at the offset, `n` its bytes),
-/// in text that is not a `{% raw %}` block's.
-fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, usize)>) {
+/// Where to count each piece of template text, and the count to insert there (`n` its bytes):
+/// `{{ __raw(n) }}` inside the text, or for a `{% raw %}` block's, `{% do __raw(n) %}` right
+/// before its tag (with the tag's own whitespace control, which then strips before the `do`).
+fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, String)>) {
     use ast::Stmt;
     let mut body = |body: &[ast::Stmt]| {
         for stmt in body {
@@ -375,7 +376,16 @@ fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, usize)>
             let in_source = offset
                 .checked_add(r.raw.len())
                 .is_some_and(|end| end <= source.len());
-            if !in_source || in_raw_block(&source[..offset]) {
+            if !in_source {
+                return;
+            }
+            let len = r.raw.len();
+            if let Some(tag) = raw_block_tag(&source[..offset]) {
+                let control = match source[tag + 2..].chars().next() {
+                    Some(c @ ('-' | '+')) => c.to_string(),
+                    _ => String::new(),
+                };
+                markers.push((tag, format!("{{%{control} do {RAW}({len}) %}}")));
                 return;
             }
             // After the first character that is not whitespace; in text of whitespace only
@@ -385,8 +395,8 @@ fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, usize)>
             let (at, c) =
                 printed.unwrap_or_else(|| r.raw.char_indices().next().unwrap_or((0, ' ')));
             let end = at + c.len_utf8();
-            if printed.is_some() || end < r.raw.len() {
-                markers.push((offset + end, r.raw.len()));
+            if printed.is_some() || end < len {
+                markers.push((offset + end, format!("{{{{ {RAW}({len}) }}}}")));
             }
         }
         Stmt::ForLoop(f) => {
@@ -414,15 +424,149 @@ fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, usize)>
     }
 }
 
-/// Whether text starting after `before` is a `{% raw %}` block's: the last tag before it is
-/// `raw` (with any whitespace control).
-fn in_raw_block(before: &str) -> bool {
-    let before = before.trim_end();
-    let Some(tag) = before.strip_suffix("%}") else {
-        return false;
+/// Where the `{% raw %}` tag starts, when text starting after `before` is a raw block's: the
+/// last tag before it is `raw` (with any whitespace control).
+fn raw_block_tag(before: &str) -> Option<usize> {
+    let tag = before.trim_end().strip_suffix("%}")?;
+    let start = tag.rfind("{%")?;
+    let name = tag[start + 2..].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace());
+    (name == "raw").then_some(start)
+}
+
+/// The filters that can build a value far larger than their input from small arguments, which
+/// a render checks before it calls them: `replace` (a long `to` at every match), `indent` (a
+/// width at every line), `join` (every item), `batch` (a count of fillers, allocated at once),
+/// `format` (widths).
+pub(super) const GROWING_FILTERS: [&str; 5] = ["replace", "indent", "join", "batch", "format"];
+
+/// The bytes (or items) `filter` of `args` (the value first; keyword arguments last) would
+/// build, over-estimated where that is cheap.
+pub(super) fn filter_growth(filter: &str, args: &[Value]) -> usize {
+    let (positional, kwargs) = match args.split_last() {
+        Some((last, rest)) if last.is_kwargs() => (rest, Some(last)),
+        _ => (args, None),
     };
-    let Some(start) = tag.rfind("{%") else {
-        return false;
+    let arg = |i: usize| positional.get(i);
+    let kwarg = |key: &str| {
+        kwargs
+            .and_then(|k| k.get_attr(key).ok())
+            .filter(|v| !v.is_undefined())
     };
-    tag[start + 2..].trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace()) == "raw"
+    let value = arg(0).map(text).unwrap_or_default();
+    match filter {
+        "replace" => replaced(
+            &value,
+            &arg(1).map(text).unwrap_or_default(),
+            &arg(2).map(text).unwrap_or_default(),
+        ),
+        "indent" => {
+            let width = arg(1).cloned().or_else(|| kwarg("width"));
+            let width = width.and_then(|w| usize::try_from(w).ok()).unwrap_or(4);
+            let lines = value.matches('\n').count() + 1;
+            value.len().saturating_add(lines.saturating_mul(width))
+        }
+        "join" => joined(arg(0), &arg(1).map(text).unwrap_or_default()),
+        "batch" => arg(1)
+            .and_then(|c| usize::try_from(c.clone()).ok())
+            .unwrap_or(0),
+        "format" => formatted(&value, &positional[positional.len().min(1)..]),
+        _ => 0,
+    }
+}
+
+/// The bytes a string method of `value` (Python's, through pycompat) would build.
+pub(super) fn method_growth(value: &Value, method: &str, args: &[Value]) -> usize {
+    let Some(s) = value.as_str() else {
+        return 0;
+    };
+    let arg = |i: usize| args.get(i).map(text).unwrap_or_default();
+    match method {
+        "replace" => replaced(s, &arg(0), &arg(1)),
+        "join" => joined(args.first(), s),
+        "format" => formatted(s, args),
+        _ => 0,
+    }
+}
+
+/// An error past `limit` for what `name` would build.
+pub(super) fn check_growth(name: &str, bytes: usize, limit: usize) -> Result<(), Error> {
+    match bytes > limit {
+        true => Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "`{name}` would build {bytes} bytes or items, over the {limit} the rendered \
+                 prompt may hold"
+            ),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// A value as the text a filter sees.
+fn text(value: &Value) -> String {
+    match value.as_str() {
+        Some(s) => s.to_owned(),
+        None => value.to_string(),
+    }
+}
+
+fn replaced(s: &str, from: &str, to: &str) -> usize {
+    let matches = match from.is_empty() {
+        true => s.chars().count() + 1,
+        false => s.matches(from).count(),
+    };
+    s.len()
+        .saturating_add(matches.saturating_mul(to.len().saturating_sub(from.len())))
+}
+
+/// `items` joined by `separator`: a count of items past any bound is its own answer.
+fn joined(items: Option<&Value>, separator: &str) -> usize {
+    let Some(items) = items else { return 0 };
+    if let Some(count) = items.len()
+        && items.as_str().is_none()
+        && count > (1 << 24)
+    {
+        return count;
+    }
+    match items.try_iter() {
+        Ok(iter) => iter.fold(0usize, |bytes, item| {
+            bytes
+                .saturating_add(
+                    item.as_str()
+                        .map_or_else(|| item.to_string().len(), str::len),
+                )
+                .saturating_add(separator.len())
+        }),
+        Err(_) => 0,
+    }
+}
+
+/// A format string with its arguments: their text and every width or precision it names.
+fn formatted(format: &str, args: &[Value]) -> usize {
+    let mut widths = 0usize;
+    let mut digits = String::new();
+    let mut in_spec = false;
+    for c in format.chars() {
+        match c {
+            '%' | ':' | '.' => {
+                in_spec = true;
+                digits.clear();
+            }
+            '0'..='9' if in_spec => digits.push(c),
+            '-' | '+' | ' ' | '#' | '<' | '>' | '^' | '=' if in_spec && digits.is_empty() => {}
+            _ => {
+                if in_spec && !digits.is_empty() {
+                    widths = widths.saturating_add(digits.parse().unwrap_or(usize::MAX));
+                }
+                in_spec = false;
+                digits.clear();
+            }
+        }
+    }
+    if in_spec && !digits.is_empty() {
+        widths = widths.saturating_add(digits.parse().unwrap_or(usize::MAX));
+    }
+    args.iter()
+        .map(|a| text(a).len())
+        .fold(format.len().saturating_add(widths), usize::saturating_add)
 }
