@@ -876,6 +876,8 @@ mod tests {
             "a\n    {%- raw %} {{ x }}\n{% endraw -%}\n  b\n  {%+ raw -%}  c  {%- endraw %}\n d",
             "{% macro m(x) -%}\n  [{{ x }}]\n{%- endmacro %}{% set t %} {{ m(1) }} z{% endset %}{{ t }}",
             QWEN_STYLE,
+            // Braces in text (Gemma 4's tool declarations): no count lands beside one.
+            "{{- 'f' -}}{description:<|\"|>{{- 'd' -}}<|\"|>}\n{% if true %}{{ '{' }}{{ 1 }}}{% endif %}",
             "{% if true %}\n\n\n    {% endif %}|{% if true %}  \t  {% endif %}|{% if true -%}\n  \n  {%- endif %}|\n  {% if true %} {% endif %}",
         ] {
             let rendered = ChatTemplate::new(source, "", "")

@@ -388,15 +388,8 @@ fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, String)
                 markers.push((tag, format!("{{%{control} do {RAW}({len}) %}}")));
                 return;
             }
-            // After the first character that is not whitespace; in text of whitespace only
-            // (which exists only where no neighbouring tag strips it with `-`), after its first
-            // character, inside what `trim_blocks` and `lstrip_blocks` leave.
-            let printed = r.raw.char_indices().find(|(_, c)| !c.is_whitespace());
-            let (at, c) =
-                printed.unwrap_or_else(|| r.raw.char_indices().next().unwrap_or((0, ' ')));
-            let end = at + c.len_utf8();
-            if printed.is_some() || end < len {
-                markers.push((offset + end, format!("{{{{ {RAW}({len}) }}}}")));
+            if let Some(at) = text_marker(r.raw) {
+                markers.push((offset + at, format!("{{{{ {RAW}({len}) }}}}")));
             }
         }
         Stmt::ForLoop(f) => {
@@ -421,6 +414,32 @@ fn raw_markers(source: &str, stmt: &ast::Stmt, markers: &mut Vec<(usize, String)
         | Stmt::Extends(_)
         | Stmt::Include(_)
         | Stmt::Do(_) => {}
+    }
+}
+
+/// Where in template text a count can go without changing what it prints: after a letter or
+/// digit (else after a printed character with no brace on either side: `{` before `{{` would
+/// open an expression), inside what `trim_blocks`, `lstrip_blocks` and `-` cut at its ends; in
+/// text of whitespace only (which exists only where no neighbouring tag strips it with `-`),
+/// after its first character. `None` for text too short to count or of braces only.
+fn text_marker(text: &str) -> Option<usize> {
+    let after = |(at, c): (usize, char)| at + c.len_utf8();
+    let brace = |c: Option<char>| matches!(c, Some('{' | '}'));
+    if let Some(letter) = text.char_indices().find(|(_, c)| c.is_alphanumeric()) {
+        return Some(after(letter));
+    }
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let printed = (0..chars.len()).find(|&i| {
+        let c = chars[i].1;
+        !c.is_whitespace() && !brace(Some(c)) && !brace(chars.get(i + 1).map(|(_, c)| *c))
+    });
+    match printed {
+        Some(i) => Some(after(chars[i])),
+        None if text.chars().all(char::is_whitespace) => {
+            let first = chars.first().map(|&c| after(c))?;
+            (first < text.len()).then_some(first)
+        }
+        None => None,
     }
 }
 
