@@ -462,6 +462,10 @@ impl Study<'_> {
         let device = model.embedding.weight.device();
         let ids = &haystack.ids[..longest];
         let mut caches = model.new_caches();
+        let recurrent = model
+            .blocks
+            .iter()
+            .any(|block| block.attention.gated_delta_net().is_some());
         let longest_question = haystack
             .needles
             .iter()
@@ -521,14 +525,16 @@ impl Study<'_> {
                 .context("a length the settings do not hold")?;
             let mut passkeys = Vec::with_capacity(settings.depths.len());
             for (&depth, &needle) in settings.depths.iter().zip(&haystack.questions[index]) {
-                passkeys.push(ask(
-                    model,
-                    tokenizer,
-                    &haystack.needles[needle],
-                    depth,
-                    &mut caches,
-                    &tensor,
-                )?);
+                let needle = &haystack.needles[needle];
+                // A question is forgotten by truncating the caches back to the haystack; a Gated
+                // DeltaNet layer's state cannot go back, so those models ask a copy (the copy of
+                // a tensor is shared until written).
+                if recurrent {
+                    let mut asked = caches.clone();
+                    passkeys.push(ask(model, tokenizer, needle, depth, &mut asked, &tensor)?);
+                    continue;
+                }
+                passkeys.push(ask(model, tokenizer, needle, depth, &mut caches, &tensor)?);
                 for cache in &mut caches {
                     cache.try_truncate(length)?;
                 }

@@ -6,7 +6,7 @@
 use burn::backend::DispatchDevice;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, Linear};
-use burn::tensor::activation::softmax;
+use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
@@ -41,6 +41,8 @@ pub struct MultiHeadAttention {
     pub value: Linear,
     /// `n_heads * head_dim -> d_model`.
     pub output: Linear,
+    /// `d_model -> n_heads * head_dim`, the output gate before its sigmoid, when configured.
+    pub output_gate: Option<Linear>,
     /// RMSNorm of each query head (QK-norm), when configured.
     pub query_norm: Option<HeadNorm>,
     /// RMSNorm of each key head (QK-norm), when configured.
@@ -578,6 +580,7 @@ impl MultiHeadAttention {
             None => None,
         };
         let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
+        let gate = (self.output_gate.as_ref()).map(|gate| sigmoid(linear_forward(gate, x.clone())));
         let q = self.queries(x.clone());
         let (k, v) = self.keys_and_values(x);
 
@@ -629,6 +632,10 @@ impl MultiHeadAttention {
         let context = context
             .swap_dims(1, 2)
             .reshape([batch, seq, heads * head_dim]);
+        let context = match gate {
+            Some(gate) => context * gate,
+            None => context,
+        };
         Ok(linear_forward(&self.output, context))
     }
 
@@ -1179,6 +1186,29 @@ impl MultiHeadAttention {
         self.key = load_linear(key, "key", [kv_width, d_model], config.key_bias)?;
         self.value = load_linear(value, "value", [kv_width, d_model], config.value_bias)?;
         self.output = load_linear(output, "output", [d_model, q_width], config.output_bias)?;
+        Ok(self)
+    }
+
+    /// Replaces the output gate's projection with PyTorch `nn.Linear` weights (`[n_heads *
+    /// head_dim, d_model]`, a bias with the query's); the configuration must have
+    /// [`output_gate`](MultiHeadAttentionConfig::output_gate).
+    pub fn try_with_output_gate(mut self, gate: LinearWeights) -> Result<Self, AttentionError> {
+        let config = &self.config;
+        if !config.output_gate {
+            return Err(AttentionError::config(
+                "output_gate",
+                false,
+                "must be true for an output gate's weights to be loaded",
+            ));
+        }
+        let q_width = config.n_heads * config.head_dim();
+        let gate = load_linear(
+            gate,
+            "output_gate",
+            [q_width, config.d_model],
+            config.query_bias,
+        )?;
+        self.output_gate = Some(gate);
         Ok(self)
     }
 }

@@ -21,6 +21,12 @@ use crate::error::AttentionError;
 /// stores its compressed rows in the same cache: the normed latent `[batch, 1, len, kv_rank]` in
 /// place of keys and the shared RoPE key `[batch, 1, len, rope_dim]` in place of values, so
 /// values may be narrower or wider than keys.
+///
+/// A Gated DeltaNet layer ([`GatedDeltaNet`](crate::GatedDeltaNet)) holds no keys: its cache
+/// carries the layer's recurrent state instead (the last inputs of its convolution and the
+/// delta rule's state per head), of a size that does not grow with the tokens seen, and counts
+/// the tokens as every layer's cache does, so that a model's caches agree on where the next
+/// token is.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     /// `[batch, kv_heads, capacity, head_dim]`, rotated; rows `start .. start + kept` are held.
@@ -44,6 +50,18 @@ pub struct KvCache {
     /// Rows to allocate when storage is next made, if more than twice what is held
     /// ([`reserve`](Self::reserve)).
     reserved: usize,
+    /// A Gated DeltaNet layer's state, in place of keys and values.
+    recurrent: Option<RecurrentState>,
+}
+
+/// What a Gated DeltaNet layer carries from one call to the next.
+#[derive(Debug, Clone)]
+pub(crate) struct RecurrentState {
+    /// `[batch, kernel - 1, channels]`: the last inputs of the causal convolution (`None` for a
+    /// kernel of 1, which looks at no earlier token).
+    pub conv: Option<Tensor<3>>,
+    /// `[batch, value_heads, key_dim, value_dim]`: the delta rule's state `S`.
+    pub state: Tensor<4>,
 }
 
 /// What attention reads after an append: every kept key, the new ones included.
@@ -132,11 +150,19 @@ impl KvCache {
     /// head_dim` (`batch * capacity * (kv_rank + rope_dim)` for latent attention): the cache's
     /// memory, in the model's float type.
     pub fn storage_floats(&self) -> usize {
+        let recurrent = self.recurrent.as_ref().map_or(0, |recurrent| {
+            let conv = recurrent
+                .conv
+                .as_ref()
+                .map_or(0, |conv| conv.shape().num_elements());
+            conv + recurrent.state.shape().num_elements()
+        });
         [&self.keys, &self.values]
             .into_iter()
             .flatten()
             .map(|storage| storage.dims().iter().product::<usize>())
-            .sum()
+            .sum::<usize>()
+            + recurrent
     }
 
     /// `[batch]`, how many of the tokens seen in each row were not padding: where a row's next
@@ -167,6 +193,17 @@ impl KvCache {
         if len == 0 {
             self.reset();
             return Ok(());
+        }
+        if self.recurrent.is_some() {
+            return Err(AttentionError::input(
+                "len",
+                len,
+                format!(
+                    "must be 0 or at least {}: a Gated DeltaNet layer's state holds no earlier \
+                     tokens to go back to (reset the cache and run the first {len} again)",
+                    self.len()
+                ),
+            ));
         }
         if len < self.dropped {
             return Err(AttentionError::input(
@@ -265,10 +302,18 @@ impl KvCache {
         positions: Option<Tensor<2, Int>>,
         window: Option<usize>,
     ) -> Result<CachedKeys, AttentionError> {
+        if self.recurrent.is_some() {
+            return Err(AttentionError::input(
+                "cache",
+                "a Gated DeltaNet layer's",
+                "must be an attention layer's own: this cache holds a linear-attention state, \
+                 not keys",
+            ));
+        }
         let [batch, kv_heads, new, head_dim] = keys.dims();
         // Latent attention's values (its RoPE keys) are not as wide as its keys (its latents).
         let value_dim = values.dims()[3];
-        let (past, kept) = (self.len(), self.kept);
+        let kept = self.kept;
         if let (Some(storage), Some(value_storage)) = (&self.keys, &self.values) {
             let [cached_batch, cached_heads, _, cached_dim] = storage.dims();
             let cached = [
@@ -319,19 +364,7 @@ impl KvCache {
                 ));
             }
         }
-        self.unpadded = match (self.unpadded.take(), &padding) {
-            (None, None) => None,
-            (old, new_padding) => {
-                let new_real = match new_padding {
-                    Some(padding) => padding.clone().bool_not().int().sum_dim(1).reshape([batch]),
-                    None => Tensor::<1, Int>::full([batch], new as i64, &device),
-                };
-                Some(match old {
-                    Some(old) => old + new_real,
-                    None => new_real.add_scalar(past as i64),
-                })
-            }
-        };
+        self.count_unpadded(batch, new, padding.as_ref(), &device);
         self.padding = match (self.padding.take(), padding) {
             (None, None) => None,
             (old, new_padding) => {
@@ -388,6 +421,61 @@ impl KvCache {
             self.keep_last(window);
         }
         Ok(appended)
+    }
+
+    /// Adds the real tokens of a call of `new` tokens (`padding` true at its pads) to each row's
+    /// count.
+    fn count_unpadded(
+        &mut self,
+        batch: usize,
+        new: usize,
+        padding: Option<&Tensor<2, Bool>>,
+        device: &Device,
+    ) {
+        let past = self.len();
+        self.unpadded = match (self.unpadded.take(), padding) {
+            (None, None) => None,
+            (old, new_padding) => {
+                let new_real = match new_padding {
+                    Some(padding) => padding.clone().bool_not().int().sum_dim(1).reshape([batch]),
+                    None => Tensor::<1, Int>::full([batch], new as i64, device),
+                };
+                Some(match old {
+                    Some(old) => old + new_real,
+                    None => new_real.add_scalar(past as i64),
+                })
+            }
+        };
+    }
+
+    /// The Gated DeltaNet state this cache carries, if any.
+    pub(crate) fn recurrent(&self) -> Option<&RecurrentState> {
+        self.recurrent.as_ref()
+    }
+
+    /// Records a Gated DeltaNet call of `new` tokens (`padding` true at its pads): `state` is the
+    /// layer's state after them. The tokens count as seen and none is held.
+    pub(crate) fn advance_recurrent(
+        &mut self,
+        new: usize,
+        padding: Option<&Tensor<2, Bool>>,
+        state: RecurrentState,
+    ) -> Result<(), AttentionError> {
+        if self.keys.is_some() {
+            return Err(AttentionError::input(
+                "cache",
+                "an attention layer's",
+                "must be the Gated DeltaNet layer's own: this cache holds keys and values",
+            ));
+        }
+        let [batch, ..] = state.state.dims();
+        let device = state.state.device();
+        self.count_unpadded(batch, new, padding, &device);
+        self.dropped = self.dropped.checked_add(new).ok_or_else(|| {
+            AttentionError::input("x.dims()[1]", new, "overflows the cache's length")
+        })?;
+        self.recurrent = Some(state);
+        Ok(())
     }
 
     /// Forgets every held token but the last `n`: Transformer-XL's memory of `mem_len` tokens

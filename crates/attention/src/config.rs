@@ -172,6 +172,12 @@ pub struct MultiHeadAttentionConfig {
     /// more key with no value, so a row's weights can sum to less than 1. Defaults to false.
     #[config(default = false)]
     pub sinks: bool,
+    /// A gate on each head's output (Qwen3-Next and Qwen3.5's gated attention; Qiu et al.,
+    /// 2025, "Gated Attention for Large Language Models"): the context is multiplied by
+    /// `sigmoid(W_g x)`, `d_model -> n_heads * head_dim` (with the query's bias), before the
+    /// output projection. Defaults to false.
+    #[config(default = false)]
+    pub output_gate: bool,
     /// Dropout on the attention weights while training. Defaults to 0.
     #[config(default = 0.0)]
     pub dropout: f64,
@@ -410,6 +416,9 @@ impl MultiHeadAttentionConfig {
             output: linear(q_width, self.d_model, self.output_bias),
             query_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.n_heads)),
             key_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.kv_heads())),
+            output_gate: self
+                .output_gate
+                .then(|| linear(self.d_model, q_width, self.query_bias)),
             sinks: self
                 .sinks
                 .then(|| Param::from_tensor(Tensor::zeros([self.n_heads], device))),

@@ -3,7 +3,8 @@
 //! RoPE, Transformer-XL's relative attention with its segment memory, or none (NoPE), with grouped and
 //! multi-query key/value heads, causal and padding masks, and a KV cache for decoding; and
 //! DeepSeek's multi-head latent attention ([`MultiHeadLatentAttention`]), whose cache holds one
-//! latent and one RoPE key per token.
+//! latent and one RoPE key per token; and Gated DeltaNet ([`GatedDeltaNet`]), the linear
+//! attention of Qwen3.5's hybrid layers, whose cache holds a fixed-size recurrent state.
 //!
 //! Absolute encodings (sinusoidal, learned) are added to the token embeddings before the first
 //! block; attention then runs with [`PositionalScheme::None`]:
@@ -42,6 +43,7 @@ mod attention;
 mod cache;
 mod config;
 pub mod error;
+mod gated_delta_net;
 mod kernels;
 mod latent;
 mod linear;
@@ -56,6 +58,7 @@ pub use config::{
     MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,
 };
 pub use error::AttentionError;
+pub use gated_delta_net::{GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights};
 pub use latent::{
     LatentAttentionWeights, LatentQuery, LatentQueryWeights, LowRankQuery,
     MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,

@@ -2,18 +2,20 @@
 
 For every entry of a spec this writes what the Hugging Face Hub would hold for a tiny model of that
 family, with random (seeded) weights: ``config.json``, ``generation_config.json`` (models that
-generate) and ``model.safetensors`` (float32), each exactly as ``save_pretrained`` writes it, plus
-``reference.json``: transformers' forward pass of that checkpoint computed in float64 (but for the
-float32 steps transformers keeps, see ``float64_casts``), which an implementation loading the
-checkpoint must reproduce. The format is the one of ``../models`` (described in ``../README.md``,
+generate) and ``model.safetensors`` (float32), each exactly as ``save_pretrained`` writes it (but
+for the config keys that the Hub's files of a class hold in another form, see ``HUB_CONFIG``),
+plus ``reference.json``: transformers' forward pass of that checkpoint computed in float64 (but
+for the float32 steps transformers keeps, see ``float64_casts``), which an implementation loading
+the checkpoint must reproduce. The format is the one of ``../models`` (described in ``../README.md``,
 the conformance crate's). Nothing is downloaded: the architectures and every line of the
 forward pass are transformers' own, the weights are random.
 
 Usage::
 
-    python3 checkpoints.py generate SPEC.json OUT_DIR
-        Builds every spec entry's model, saves it to OUT_DIR/<name>/, reloads the saved checkpoint
-        and writes OUT_DIR/<name>/reference.json computed from it.
+    python3 checkpoints.py generate SPEC.json OUT_DIR [NAME,NAME...]
+        Builds every spec entry's model (or only those of the given names, leaving the other
+        directories as they are), saves it to OUT_DIR/<name>/, reloads the saved checkpoint and
+        writes OUT_DIR/<name>/reference.json computed from it.
 
     python3 checkpoints.py check DIR
         For every DIR/<name>/ holding a reference.json: reloads the stored checkpoint, recomputes
@@ -32,7 +34,9 @@ Spec (``../specs/checkpoints.json``): a JSON list with one object per checkpoint
                   builds the config,
         "about":  optional: what the checkpoint exercises (not read),
         "seed":   seeds the weights,
-        "config": the config's arguments; the config class's defaults fill in the rest
+        "config": the config's arguments; the config class's defaults fill in the rest (Gemma 4's
+                  `global_head_dim` and `num_global_key_value_heads` among them, which config.json
+                  then holds as the Hub's files do: see HUB_CONFIG)
     }
 
 Pinned versions: torch==2.9.0 and transformers==5.23.0 (other versions may move the reference).
@@ -49,21 +53,28 @@ nested lists of ints):
 - ``position_ids`` [2, 20]: cumsum(attention_mask) - 1, clamped at 0, what generate() passes. Only
   decoders whose forward takes position ids get them (not BLOOM or MPT, which derive ALiBi
   distances themselves); encoders (BERT, T5) get none, as from a tokenizer.
-- ``layers[i]`` for the first two layers (both layer types of alternating sliding/full models):
+- ``layers[i]`` for the first two layers (both layer types of alternating sliding/full models),
+  and for every layer of the classes in ``ALL_LAYERS``: Qwen3.5 and Qwen3.5-MoE (hybrid layers,
+  linear and full attention each twice) and Gemma 4 (sliding and full layers, then the KV-sharing
+  layers that attend over their keys and values):
   ``module``: the module where the attention starts; ``attention_input`` [2, 20, hidden]: the
   hidden states entering it (after the layer's input norm, where the layer has one), captured by a
   forward pre-hook on it; ``output_of``: the module whose output is ``attention_output``
   [2, 20, hidden]: the attention after its output projection, before any residual or norm; the
   attention module itself, except for BLOOM (whose attention adds the residual: its ``dense``) and
-  BERT (the self-attention ends at ``attention.output.dense``); ``tolerance``: for both tensors.
+  BERT (the self-attention ends at ``attention.output.dense``); Qwen3.5's Gated DeltaNet (linear
+  attention) layers start and end at ``model.layers.{i}.linear_attn`` (its input is not yet zeroed
+  at the padded positions: the module does that itself); ``tolerance``: for both tensors.
 - ``logits`` [2, 20, vocab] (decoders) or ``last_hidden_state`` [2, 20, hidden] (encoders): the
   whole model on the batch. Padded rows are not defined alike by every implementation: compare
   rows where attention_mask is 1.
 - ``tolerance``: ``logits`` or ``last_hidden_state``, and ``greedy_logits`` (decoders).
 - ``greedy`` (decoders): ``prompt`` [1, 6] (row 0's first tokens), ``tokens``: 8 greedy tokens
-  decoded one at a time through the KV cache, each the argmax of its step's logits over every
-  token but the end-of-sequence one (as generate(min_new_tokens=8) chooses: decoding does not
-  stop), ``logits`` [8, vocab]: the logits each step chose from (the eos logit included).
+  decoded one at a time through the KV cache (and, for Qwen3.5's Gated DeltaNet layers, through
+  their conv and recurrent states: the prompt fills them, each step updates them), each the argmax
+  of its step's logits over every token but the end-of-sequence one (as
+  generate(min_new_tokens=8) chooses: decoding does not stop), ``logits`` [8, vocab]: the logits
+  each step chose from (the eos logit included).
 
 Every tolerance is the larger of 1e-5 x the reference's largest magnitude (at least 1) and 4 x the
 largest error of transformers' own float32 pass of the same checkpoint (in its greedy steps, fed
@@ -95,6 +106,12 @@ SEQ, PAD, INPUT_SEED = 20, 5, 1
 PROMPT, GREEDY_STEPS = 6, 8
 # Layers with references: the first two cover both layer types of alternating models.
 REFERENCE_LAYERS = 2
+# Model classes with a reference for every layer: Qwen3.5's hybrid [linear, full, linear, full]
+# holds each layer type twice; Gemma 4's KV-sharing layers come last.
+ALL_LAYERS = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Gemma4ForCausalLM")
+# Model classes computed in float64 even where transformers writes `.to(torch.float32)` (see
+# float64_casts): Qwen3.5's Gated DeltaNet kernels and gated norm cast their inputs so.
+CAST_TO = ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Gemma4ForCausalLM")
 # Standard deviation of the noise added to every parameter after transformers' initialisation.
 WEIGHT_NOISE = 0.1
 # tolerance = max(RELATIVE_FLOOR * max(1, |reference|), F32_ERROR_FACTOR * |float32 - float64|)
@@ -120,14 +137,29 @@ ATTENTION = {
     "T5EncoderModel": ("encoder.block.{i}.layer.0.SelfAttention",) * 2,
 }
 DEFAULT_ATTENTION = ("model.layers.{i}.self_attn",) * 2
+# Where a layer has no `self_attn`: Qwen3.5's Gated DeltaNet layers, `model.layers.{i}.linear_attn`.
+LINEAR_ATTENTION = (".self_attn", ".linear_attn")
+
+# config.json keys that the Hub's checkpoints of a model class hold in another form than
+# transformers 5.23's save_pretrained writes: (the key save_pretrained writes, {the Hub's keys: the
+# config class's default}). Gemma 4's config class turns `global_head_dim` and
+# `num_global_key_value_heads` into `per_layer_config` (the full layers' head size and KV heads)
+# and saves that; the released config.json files hold the two keys instead. Either loads as the
+# same model; generate() writes the Hub's form, with the spec entry's values.
+HUB_CONFIG = {
+    "Gemma4ForCausalLM": (
+        "per_layer_config", {"global_head_dim": 512, "num_global_key_value_heads": None}
+    ),
+}
 
 
 # -------------------------------------------------------------------------------------------------
 # Checkpoints
 
 
-# Buffers that `save_pretrained` writes and the forward pass reads, perturbed like parameters.
-PERTURBED_BUFFERS = ("e_score_correction_bias",)
+# Buffers that `save_pretrained` writes and the forward pass reads, perturbed like parameters:
+# DeepSeek's bias of the experts' choosing scores, Gemma 4's per-layer output scale.
+PERTURBED_BUFFERS = ("e_score_correction_bias", "layer_scalar")
 
 
 def perturb(model, seed):
@@ -143,7 +175,8 @@ def perturb(model, seed):
         for _, parameter in model.named_parameters():
             parameter.add_(WEIGHT_NOISE * torch.randn(parameter.shape, generator=generator))
         # Saved buffers that weigh in the computation, drawn after the parameters (which keep
-        # their draws): DeepSeek's bias of the experts' choosing scores starts at 0.
+        # their draws): DeepSeek's bias of the experts' choosing scores starts at 0, Gemma 4's
+        # layer_scalar at 1.
         for name, buffer in model.named_buffers():
             if name.endswith(PERTURBED_BUFFERS):
                 buffer.add_(WEIGHT_NOISE * torch.randn(buffer.shape, generator=generator))
@@ -191,9 +224,9 @@ def make_batch(config):
 
 
 @contextlib.contextmanager
-def float64_casts():
+def float64_casts(to=False):
     """Inside this block, `softmax(x, dtype=torch.float32)` and `x.float()` keep a float64 `x` in
-    float64.
+    float64; with `to` (the classes in CAST_TO), `x.to(torch.float32)` too.
 
     transformers computes attention softmaxes in float32 whatever the model's dtype, to protect half
     precision: `softmax(scores, dtype=torch.float32)` (Llama-like decoders, BLOOM) or
@@ -203,8 +236,11 @@ def float64_casts():
     kept in float64 also keeps Gemma's norms in float64. transformers' other float32 steps stay as
     they are: Llama-style RMSNorm's `.to(torch.float32)`, T5's norm variance, RoPE's cos/sin
     computed in float32. They cost about 1e-7 relative, 1-4 % of a tolerance, and the reference
-    checkpoints in ``../models`` were computed with them: without them `check` fails there."""
-    softmax, to_float = F.softmax, torch.Tensor.float
+    checkpoints in ``../models`` were computed with them: without them `check` fails there. The
+    families of CAST_TO, added later, are computed in float64 throughout: their `.to(torch.float32)`
+    (Qwen3.5's gated delta rule casts q, k, v, beta and the decay so, its gated RMSNorm its input
+    and gate) keeps a float64 tensor in float64 as well."""
+    softmax, to_float, tensor_to = F.softmax, torch.Tensor.float, torch.Tensor.to
 
     def softmax64(input, dim=None, _stacklevel=3, dtype=None):
         if dtype == F32 and input.dtype == F64:
@@ -214,17 +250,36 @@ def float64_casts():
     def float64(tensor, *args, **kwargs):
         return tensor if tensor.dtype == F64 else to_float(tensor, *args, **kwargs)
 
+    def to64(tensor, *args, **kwargs):
+        if tensor.dtype == F64:
+            args = tuple(F64 if arg is F32 else arg for arg in args)
+            if kwargs.get("dtype") is F32:
+                kwargs["dtype"] = F64
+        return tensor_to(tensor, *args, **kwargs)
+
     F.softmax, torch.Tensor.float = softmax64, float64
+    if to:
+        torch.Tensor.to = to64
     try:
         yield
     finally:
-        F.softmax, torch.Tensor.float = softmax, to_float
+        F.softmax, torch.Tensor.float, torch.Tensor.to = softmax, to_float, tensor_to
 
 
 def attention_paths(model, layer):
-    """(module, output_of): where layer `layer`'s attention starts and ends in `model`."""
+    """(module, output_of): where layer `layer`'s attention starts and ends in `model`; a layer
+    without that module is a Gated DeltaNet layer (Qwen3.5's linear attention), `linear_attn`."""
     start, end = ATTENTION.get(type(model).__name__, DEFAULT_ATTENTION)
-    return start.format(i=layer), end.format(i=layer)
+    start, end = start.format(i=layer), end.format(i=layer)
+    if start not in dict(model.named_modules()):
+        start, end = (path.replace(*LINEAR_ATTENTION) for path in (start, end))
+    return start, end
+
+
+def reference_layers(model):
+    """The layers with a reference: the first REFERENCE_LAYERS, or all of the ALL_LAYERS classes."""
+    layers = model.config.num_hidden_layers
+    return range(layers if type(model).__name__ in ALL_LAYERS else min(REFERENCE_LAYERS, layers))
 
 
 @contextlib.contextmanager
@@ -334,9 +389,10 @@ def reference(directory, input_ids, attention_mask, prompt=None, steps=GREEDY_ST
     `directory` on the given batch; decoders also decode `steps` greedy tokens after `prompt` (row
     0's first PROMPT tokens when None)."""
     model64, model32 = load(directory, F64), load(directory, F32)
-    layers = range(min(REFERENCE_LAYERS, model64.config.num_hidden_layers))
+    layers = reference_layers(model64)
     rows = attention_mask.bool()
-    with float64_casts():
+    cast_to = type(model64).__name__ in CAST_TO
+    with float64_casts(to=cast_to):
         output64, seen64 = forward(model64, input_ids, attention_mask, layers)
     output32, seen32 = forward(model32, input_ids, attention_mask, layers)
 
@@ -363,7 +419,7 @@ def reference(directory, input_ids, attention_mask, prompt=None, steps=GREEDY_ST
     if model64.can_generate():
         if prompt is None:
             prompt = input_ids[:1, :PROMPT]
-        with float64_casts():
+        with float64_casts(to=cast_to):
             tokens, logits64 = greedy(model64, prompt, steps)
         _, logits32 = greedy(model32, prompt, steps, forced=tokens)
         ref["tolerance"]["greedy_logits"] = tolerance(logits64, logits32)
@@ -371,13 +427,42 @@ def reference(directory, input_ids, attention_mask, prompt=None, steps=GREEDY_ST
     return ref
 
 
-def generate(spec_path, out_dir):
-    """Writes OUT_DIR/<name>/ for every entry of the spec."""
-    for entry in json.loads(Path(spec_path).read_text()):
+def hub_config(directory, entry):
+    """Rewrites the saved config.json of a HUB_CONFIG class as the Hub holds it (the Hub's keys,
+    with the spec entry's values, for the key save_pretrained wrote), formatted as save_pretrained
+    formats it; and makes sure that transformers reads it back as the config it saved (which it
+    would save again byte for byte)."""
+    if entry["class"] not in HUB_CONFIG:
+        return
+    saved, hub_keys = HUB_CONFIG[entry["class"]]
+    path = directory / "config.json"
+    as_saved = path.read_text()
+    written = json.loads(as_saved)
+    del written[saved]
+    for key, default in hub_keys.items():
+        value = entry["config"].get(key, default)
+        if value is not None:
+            written[key] = value
+    path.write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+    reread = transformers.AutoConfig.from_pretrained(directory)
+    assert reread.to_json_string() == as_saved, f"{path} does not read back as the saved config"
+
+
+def generate(spec_path, out_dir, names=None):
+    """Writes OUT_DIR/<name>/ for every entry of the spec (for those named in `names` only, when
+    given)."""
+    entries = json.loads(Path(spec_path).read_text())
+    unknown = set(names or ()) - {entry["name"] for entry in entries}
+    if unknown:
+        sys.exit(f"not in {spec_path}: {', '.join(sorted(unknown))}")
+    for entry in entries:
         name = entry["name"]
+        if names and name not in names:
+            continue
         directory = Path(out_dir) / name
         model = build_model(entry)
         model.save_pretrained(directory)
+        hub_config(directory, entry)
         input_ids, attention_mask = make_batch(model.config)
         # from the saved checkpoint, as `check` and every implementation will see it
         computed = reference(directory, input_ids, attention_mask)
@@ -476,8 +561,8 @@ def main(argv):
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    if len(argv) == 3 and argv[0] == "generate":
-        generate(argv[1], argv[2])
+    if len(argv) in (3, 4) and argv[0] == "generate":
+        generate(argv[1], argv[2], argv[3].split(",") if len(argv) == 4 else None)
     elif len(argv) == 2 and argv[0] == "check":
         sys.exit(0 if check(argv[1]) else 1)
     else:

@@ -4,8 +4,8 @@ make of a `config.json` that leaves fields out, for every RoPE family of `crates
 A config class fills what the file does not say with its own defaults, and those differ by family:
 `default_theta` (gpt-oss 150,000, Llama 4 and OLMo 3 500,000, SmolLM3 2,000,000, Gemma 3 1,000,000
 on full layers and `rope_local_base_freq` or 10,000 on sliding ones), a default RoPE dict (gpt-oss's
-YaRN), `partial_rotary_factor` (GLM-4's 0.5), `layer_types` (Gemma 2's and gpt-oss's alternation,
-Gemma 3's `sliding_window_pattern`), and where a legacy `rope_scaling` goes (Gemma 3 and OLMo 3:
+YaRN), `partial_rotary_factor` (GLM-4's 0.5, Qwen3.5's 0.25), `layer_types` (Gemma 2's and gpt-oss's
+alternation, Gemma 3's `sliding_window_pattern`, Qwen3.5's `full_attention_interval`), and where a legacy `rope_scaling` goes (Gemma 3 and OLMo 3:
 the full layers only). Each case is a family's reference config with some fields removed or set
 the way older files write them, and what transformers resolves from it:
 
@@ -33,7 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT.parents[0] / "models" / "tests" / "huggingface" / "config_defaults.json"
 FAMILIES = [
     "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt_oss", "smollm3",
-    "llama4_text", "olmo2", "olmo3", "glm4", "cohere2", "gpt_neox",
+    "llama4_text", "olmo2", "olmo3", "glm4", "cohere2", "gpt_neox", "qwen3_5", "qwen3_5_moe",
 ]
 ROPE_FIELDS = [
     "rope_parameters", "rope_scaling", "rope_theta", "rope_local_base_freq",

@@ -48,9 +48,11 @@ requirements file pins);
 What the converter is given besides the checkpoint: the checkpoints have no tokenizer, and every
 family's ``set_vocab`` needs one, so a minimal one with exactly ``vocab_size`` tokens (pad 0, bos 1,
 eos 2, as the configs say) is written in the scratch copy: a SentencePiece unigram model
-(``tokenizer.model``) for the families whose real tokenizer is one (Mistral, Gemma, Phi-3, T5), a
-WordPiece ``tokenizer.json`` for BERT, a byte-level BPE ``tokenizer.json`` (GPT-2's pre-tokenizer,
-no merges) for the others. It only fills the GGUF's ``tokenizer.*`` keys; no weight depends on it.
+(``tokenizer.model``) for the families whose real tokenizer is one (Mistral, Gemma 2 and 3, Phi-3,
+T5), a SentencePiece-style BPE ``tokenizer.json`` (spaces as ``\u2581``, byte fallback, no merges)
+for Gemma 4, whose ``set_vocab`` reads only that (gguf-py's ``LlamaHfVocab``), a WordPiece
+``tokenizer.json`` for BERT, a byte-level BPE ``tokenizer.json`` (GPT-2's pre-tokenizer, no merges)
+for the others. It only fills the GGUF's ``tokenizer.*`` keys; no weight depends on it.
 
 What the converter is not given as it is (it is never edited: ``CONVERTER_SHIM`` wraps two of its
 functions in its own process, and prints what it did into ``convert.log``):
@@ -74,6 +76,13 @@ functions in its own process, and prints what it did into ``convert.log``):
     code always routes with sigmoid scores). Without it the converter writes no
     ``deepseek2.expert_gating_func`` and llama.cpp routes that GGUF with softmax.
 
+What the converter is given on its command line besides ``--outtype f32 --outfile``
+(``CONVERTER_ARGS``): ``--no-mtp`` for Qwen3.5 and Qwen3.5-MoE. The released Qwen3.5 checkpoints
+carry a multi-token-prediction block (``mtp_num_hidden_layers`` and ``mtp.*`` tensors) that
+transformers' ``Qwen3_5ForCausalLM`` neither builds nor saves; without either, the converter's
+``_QwenMtpMixin`` stops on ``assert self.opt_num_mtp_layers != 0``, and ``--no-mtp`` (its own option:
+no NextN layers, ``block_count`` = ``num_hidden_layers``) is the model these checkpoints are.
+
 A family the converter rejects otherwise is reported with the converter's error and left out.
 
 Last run with llama.cpp 0c1e57098bba43ac29e6e3b677cdceebdd22334f (b11312, 2026-10-01), the
@@ -88,6 +97,16 @@ metadata leaves out (llama3's RoPE scaling is a ``rope_freqs.weight`` tensor, Mi
 window, Gemma 2's ``query_pre_attn_scalar``, T5's ``relative_attention_max_distance``, the layer
 types of Gemma 3 and Cohere 2, ...) or transformers' GGUF loader does not read (Qwen2's yarn, Gemma
 2's soft-capping, Qwen3's head_dim) is lost.
+
+Qwen3.5, Qwen3.5-MoE and Gemma 4 (``../models`` only; converted later with the same tree, torch and
+transformers) convert as ``qwen35``, ``qwen35moe`` and ``gemma4`` (Qwen3.5 with ``--no-mtp``, Gemma
+4 with the SentencePiece-style BPE tokenizer) and are written there too, byte-for-byte reproducible.
+``--check``: transformers' GGUF loader gives both Qwen3.5 files' tensors back exactly (max |diff| 0
+under config.json's config), but from the GGUF alone it rebuilds ``layer_types`` from
+``full_attention_interval`` (which the converter writes as 4, the default, config.json having none)
+instead of ``attention.recurrent_layers`` (``[true, false, true, false]``, which llama.cpp's loader
+reads first); it cannot load Gemma 4's file at all (its per-layer ``feed_forward_length`` array),
+nor map its router, experts and ``layer_scalar`` tensors.
 """
 
 from __future__ import annotations
@@ -107,7 +126,12 @@ LAST_RUN_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 # Families whose real tokenizer is a SentencePiece model (the converter's set_vocab reads
 # tokenizer.model for Gemma 2, Phi-3 and T5; Mistral and Gemma 3 take either).
 SENTENCEPIECE = {"mistral", "gemma2", "gemma3", "phi3", "t5"}
+# Families whose converter reads a SentencePiece-style BPE tokenizer.json (gguf-py's LlamaHfVocab:
+# a BPE model with byte_fallback and a Sequence decoder), as Gemma 4's Hub repositories hold.
+LLAMA_BPE = {"gemma4"}
 WORDPIECE = {"bert"}
+# Converter options a family needs (see the docstring): these checkpoints have no MTP block.
+CONVERTER_ARGS = {"qwen3_5": ["--no-mtp"], "qwen3_5_moe": ["--no-mtp"]}
 # Added tokens a family's set_vocab looks up by name (GLM-4: eos/eot/unk/bos by these texts).
 EXTRA_SPECIAL = {"glm4": ["<|user|>"]}
 ARCHITECTURE_ALIASES = {"MptForCausalLM": "MPTForCausalLM"}
@@ -221,6 +245,29 @@ def write_bpe_tokenizer(directory: Path, vocab_size: int, extra_special: list[st
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+def write_llama_bpe_tokenizer(directory: Path, vocab_size: int) -> None:
+    """A SentencePiece-style BPE tokenizer.json (what Gemma's Hub repositories hold): spaces
+    become \u2581, unknown characters fall back to bytes (no byte tokens here: <unk>), no merges."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    special = ["<pad>", "<bos>", "<eos>", "<unk>"]
+    characters = ["\u2581"] + [chr(c) for c in range(ord("!"), ord("~") + 1)]
+    tokens = special + characters[: vocab_size - len(special)]
+    assert len(tokens) == vocab_size, (len(tokens), vocab_size)
+    tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=[],
+                                     unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "pad_token": "<pad>", "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>",
+        "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 def write_wordpiece_tokenizer(directory: Path, vocab_size: int) -> None:
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -294,6 +341,9 @@ def prepare(family: str, source: Path, scratch: Path) -> list[str]:
         tokenizer_class = {"t5": "T5Tokenizer", "gemma2": "GemmaTokenizer", "gemma3": "GemmaTokenizer"}.get(family, "LlamaTokenizer")
         write_sentencepiece_tokenizer(scratch, vocab_size, tokenizer_class)
         return [f"tokenizer: SentencePiece unigram, {vocab_size} pieces"]
+    if family in LLAMA_BPE:
+        write_llama_bpe_tokenizer(scratch, vocab_size)
+        return [f"tokenizer: SentencePiece-style BPE with byte fallback, {vocab_size} tokens"]
     if family in WORDPIECE:
         write_wordpiece_tokenizer(scratch, vocab_size)
         return [f"tokenizer: WordPiece, {vocab_size} tokens"]
@@ -312,14 +362,14 @@ def renamed_hparams(family: str, config: dict) -> dict:
     return overrides
 
 
-def convert(llama_cpp: Path, scratch: Path, hparams: dict) -> tuple[bool, str]:
+def convert(llama_cpp: Path, scratch: Path, hparams: dict, arguments: list[str] = ()) -> tuple[bool, str]:
     """Runs convert_hf_to_gguf.py on scratch into scratch/model.gguf, its config given the keys of
-    hparams: (success, its warnings or its error)."""
+    hparams and its command line `arguments` too: (success, its warnings or its error)."""
     env = dict(os.environ)
     env["GGUF_CHECKPOINTS_HPARAMS"] = json.dumps(hparams)
     env["PYTHONPATH"] = os.pathsep.join([str(llama_cpp / "gguf-py")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
-    command = [sys.executable, "-c", CONVERTER_SHIM, str(llama_cpp),
+    command = [sys.executable, "-c", CONVERTER_SHIM, str(llama_cpp), *arguments,
                "--outtype", "f32", "--outfile", str(scratch / "model.gguf"), str(scratch)]
     run = subprocess.run(command, env=env, capture_output=True, text=True)
     log = run.stdout + run.stderr
@@ -604,11 +654,14 @@ def main() -> int:
         given = {key: value(config) for key, value in DROPPED_CONFIG_KEYS.get(family, {}).items() if key not in config}
         if given:
             notes.append(f"the converter's hparams given {given} (DROPPED_CONFIG_KEYS)")
-        ok, said = convert(llama_cpp, scratch, given)
+        arguments = CONVERTER_ARGS.get(family, [])
+        if arguments:
+            notes.append(f"the converter run with {' '.join(arguments)} (CONVERTER_ARGS)")
+        ok, said = convert(llama_cpp, scratch, given, arguments)
         renamed = renamed_hparams(family, config)
         if not ok and renamed:
             print(f"{family}: as it is, the converter fails: {said}; again with the names it knows: {renamed}")
-            ok, said = convert(llama_cpp, scratch, {**given, **renamed})
+            ok, said = convert(llama_cpp, scratch, {**given, **renamed}, arguments)
             notes.append(f"the converter's hparams given {renamed}")
         if not ok:
             failed.append((family, said))

@@ -2,8 +2,8 @@
 //! the arrangements the families use.
 
 use attention::{
-    AttentionInputs, KvCache, MultiHeadAttention, MultiHeadAttentionConfig,
-    MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+    AttentionInputs, GatedDeltaNet, GatedDeltaNetConfig, KvCache, MultiHeadAttention,
+    MultiHeadAttentionConfig, MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
 use burn::config::Config;
 use burn::module::Module;
@@ -54,6 +54,9 @@ pub enum SelfAttentionConfig {
     MultiHead(MultiHeadAttentionConfig),
     /// Multi-head latent attention (DeepSeek V2 and V3).
     Latent(MultiHeadLatentAttentionConfig),
+    /// Gated DeltaNet, linear attention with a recurrent state (Qwen3.5's `linear_attention`
+    /// layers).
+    GatedDeltaNet(GatedDeltaNetConfig),
 }
 
 impl From<MultiHeadAttentionConfig> for SelfAttentionConfig {
@@ -68,12 +71,19 @@ impl From<MultiHeadLatentAttentionConfig> for SelfAttentionConfig {
     }
 }
 
+impl From<GatedDeltaNetConfig> for SelfAttentionConfig {
+    fn from(config: GatedDeltaNetConfig) -> Self {
+        Self::GatedDeltaNet(config)
+    }
+}
+
 impl SelfAttentionConfig {
     /// Model width.
     pub fn d_model(&self) -> usize {
         match self {
             Self::MultiHead(config) => config.d_model,
             Self::Latent(config) => config.d_model,
+            Self::GatedDeltaNet(config) => config.d_model,
         }
     }
 
@@ -81,7 +91,7 @@ impl SelfAttentionConfig {
     pub fn multi_head(&self) -> Option<&MultiHeadAttentionConfig> {
         match self {
             Self::MultiHead(config) => Some(config),
-            Self::Latent(_) => None,
+            Self::Latent(_) | Self::GatedDeltaNet(_) => None,
         }
     }
 
@@ -89,7 +99,7 @@ impl SelfAttentionConfig {
     pub fn multi_head_mut(&mut self) -> Option<&mut MultiHeadAttentionConfig> {
         match self {
             Self::MultiHead(config) => Some(config),
-            Self::Latent(_) => None,
+            Self::Latent(_) | Self::GatedDeltaNet(_) => None,
         }
     }
 
@@ -101,6 +111,7 @@ impl SelfAttentionConfig {
                 _ => None,
             },
             Self::Latent(config) => Some(&config.rope),
+            Self::GatedDeltaNet(_) => None,
         }
     }
 
@@ -115,15 +126,27 @@ impl SelfAttentionConfig {
                 _ => Self::MultiHead(config),
             },
             Self::Latent(config) => Self::Latent(MultiHeadLatentAttentionConfig { rope, ..config }),
+            Self::GatedDeltaNet(config) => Self::GatedDeltaNet(config),
         }
     }
 
     /// Floats a token takes in this layer's cache: keys and values, or latent attention's latent
-    /// and RoPE key.
+    /// and RoPE key; none for Gated DeltaNet, whose state does not grow
+    /// ([`cached_floats_per_row`](Self::cached_floats_per_row)).
     pub fn cached_floats_per_token(&self) -> usize {
         match self {
             Self::MultiHead(config) => 2 * config.kv_heads() * config.head_dim(),
             Self::Latent(config) => config.cached_floats_per_token(),
+            Self::GatedDeltaNet(_) => 0,
+        }
+    }
+
+    /// Floats a batch row takes in this layer's cache whatever its length: Gated DeltaNet's
+    /// state; none for attention.
+    pub fn cached_floats_per_row(&self) -> usize {
+        match self {
+            Self::MultiHead(_) | Self::Latent(_) => 0,
+            Self::GatedDeltaNet(config) => config.state_floats(),
         }
     }
 
@@ -131,11 +154,13 @@ impl SelfAttentionConfig {
     pub fn weight_count(&self) -> Option<usize> {
         match self {
             Self::MultiHead(config) => {
-                let widths = (config.n_heads.checked_mul(2)?)
+                let query_widths = 2 + usize::from(config.output_gate);
+                let widths = (config.n_heads.checked_mul(query_widths)?)
                     .checked_add(config.kv_heads().checked_mul(2)?)?
                     .checked_mul(config.head_dim())?;
                 widths.checked_mul(config.d_model)
             }
+            Self::GatedDeltaNet(config) => config.weight_count(),
             Self::Latent(config) => {
                 let (d, heads) = (config.d_model, config.n_heads);
                 let q_width = heads.checked_mul(config.qk_dim())?;
@@ -160,6 +185,7 @@ impl SelfAttentionConfig {
         match self {
             Self::MultiHead(config) => config.validate()?,
             Self::Latent(config) => config.validate()?,
+            Self::GatedDeltaNet(config) => config.validate()?,
         }
         Ok(())
     }
@@ -168,6 +194,7 @@ impl SelfAttentionConfig {
         Ok(match self {
             Self::MultiHead(config) => SelfAttention::MultiHead(config.try_init(device)?),
             Self::Latent(config) => SelfAttention::Latent(config.try_init(device)?),
+            Self::GatedDeltaNet(config) => SelfAttention::GatedDeltaNet(config.try_init(device)?),
         })
     }
 }
@@ -182,6 +209,8 @@ pub enum SelfAttention {
     MultiHead(MultiHeadAttention),
     /// Multi-head latent attention.
     Latent(MultiHeadLatentAttention),
+    /// Gated DeltaNet.
+    GatedDeltaNet(GatedDeltaNet),
 }
 
 impl SelfAttention {
@@ -189,23 +218,33 @@ impl SelfAttention {
     pub fn multi_head(&self) -> Option<&MultiHeadAttention> {
         match self {
             Self::MultiHead(attention) => Some(attention),
-            Self::Latent(_) => None,
+            Self::Latent(_) | Self::GatedDeltaNet(_) => None,
         }
     }
 
-    /// The latent attention, unless this is multi-head attention.
+    /// The latent attention, if this is latent attention.
     pub fn latent(&self) -> Option<&MultiHeadLatentAttention> {
         match self {
-            Self::MultiHead(_) => None,
             Self::Latent(attention) => Some(attention),
+            Self::MultiHead(_) | Self::GatedDeltaNet(_) => None,
         }
     }
 
-    /// Whether each query sees only the keys up to its own position.
+    /// The Gated DeltaNet, if this is one.
+    pub fn gated_delta_net(&self) -> Option<&GatedDeltaNet> {
+        match self {
+            Self::GatedDeltaNet(layer) => Some(layer),
+            Self::MultiHead(_) | Self::Latent(_) => None,
+        }
+    }
+
+    /// Whether each query sees only the keys up to its own position (Gated DeltaNet reads the
+    /// tokens in order: causal).
     pub fn causal(&self) -> bool {
         match self {
             Self::MultiHead(attention) => attention.config().causal,
             Self::Latent(attention) => attention.config().causal,
+            Self::GatedDeltaNet(_) => true,
         }
     }
 
@@ -214,6 +253,7 @@ impl SelfAttention {
         match self {
             Self::MultiHead(attention) => attention.rope.as_ref(),
             Self::Latent(attention) => Some(&attention.rope),
+            Self::GatedDeltaNet(_) => None,
         }
     }
 
@@ -222,14 +262,23 @@ impl SelfAttention {
         match self {
             Self::MultiHead(attention) => attention.rope.as_mut(),
             Self::Latent(attention) => Some(&mut attention.rope),
+            Self::GatedDeltaNet(_) => None,
         }
     }
 
-    /// This module with its RoPE replaced by `rope`, the weights kept.
+    /// This module with its RoPE replaced by `rope`, the weights kept; an error for a layer
+    /// without RoPE.
     pub fn try_with_rope(self, rope: RotaryEncodingConfig) -> Result<Self, ModelError> {
         Ok(match self {
             Self::MultiHead(attention) => Self::MultiHead(attention.try_with_rope(rope)?),
             Self::Latent(attention) => Self::Latent(attention.try_with_rope(rope)?),
+            Self::GatedDeltaNet(_) => {
+                return Err(ModelError::config(
+                    "positional",
+                    "Gated DeltaNet",
+                    "has no RoPE to replace",
+                ));
+            }
         })
     }
 
@@ -249,6 +298,10 @@ impl SelfAttention {
                 attention.try_forward_cached(x, inputs, cache)?
             }
             (Self::Latent(attention), None) => attention.try_forward(x, inputs)?,
+            (Self::GatedDeltaNet(layer), Some(cache)) => {
+                layer.try_forward_cached(x, inputs, cache)?
+            }
+            (Self::GatedDeltaNet(layer), None) => layer.try_forward(x, inputs)?,
         })
     }
 }

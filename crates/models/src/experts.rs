@@ -90,6 +90,10 @@ pub struct MixtureOfExpertsConfig {
     /// (Llama 4; DeepSeek's `n_shared_experts` of them in one MLP). Defaults to none.
     #[config(default = "None")]
     pub shared_d_ff: Option<usize>,
+    /// Whether the shared expert's output is scaled by `sigmoid(w . x)`, a learned gate per token
+    /// (Qwen2-MoE's and Qwen3.5-MoE's `shared_expert_gate`, `d_model -> 1`). Defaults to false.
+    #[config(default = false)]
+    pub shared_gate: bool,
 }
 
 impl MixtureOfExpertsConfig {
@@ -131,6 +135,13 @@ impl MixtureOfExpertsConfig {
         }
         if let Some(shared) = &self.shared_mlp() {
             shared.validate()?;
+        }
+        if self.shared_gate && self.shared_d_ff.is_none() {
+            return Err(ModelError::config(
+                "shared_gate",
+                true,
+                "needs a shared expert (shared_d_ff) to gate",
+            ));
         }
         if let Routing::SigmoidGroupLimited {
             groups,
@@ -273,6 +284,7 @@ impl MixtureOfExpertsConfig {
             down: Param::from_tensor(down),
             down_bias: down_bias.map(Param::from_tensor),
             shared,
+            shared_gate: None,
             top_k: self.top_k,
             routing: self.routing,
             expert: self.expert,
@@ -287,7 +299,7 @@ impl MixtureOfExpertsConfig {
             return Err(ModelError::config("num_local_experts", e, why));
         }
         let bias = |shape: [usize; 2]| self.bias.then(|| Tensor::zeros(shape, device));
-        self.try_init_with(
+        let experts = self.try_init_with(
             burn::nn::LinearConfig::new(d, e)
                 .with_bias(self.bias)
                 .init(device),
@@ -297,7 +309,15 @@ impl MixtureOfExpertsConfig {
             self.shared_mlp()
                 .map(|mlp| mlp.try_init(device))
                 .transpose()?,
-        )
+        )?;
+        match self.shared_gate {
+            true => experts.try_with_shared_gate(
+                burn::nn::LinearConfig::new(d, 1)
+                    .with_bias(false)
+                    .init(device),
+            ),
+            false => Ok(experts),
+        }
     }
 }
 
@@ -319,6 +339,8 @@ pub struct MixtureOfExperts {
     pub down_bias: Option<Param<Tensor<2>>>,
     /// Llama 4's shared expert.
     pub shared: Option<Mlp>,
+    /// `d_model -> 1`: the shared expert's gate before its sigmoid (Qwen3.5-MoE).
+    pub shared_gate: Option<Linear>,
     #[module(skip)]
     top_k: usize,
     #[module(skip)]
@@ -328,6 +350,28 @@ pub struct MixtureOfExperts {
 }
 
 impl MixtureOfExperts {
+    /// This block with `gate` (`d_model -> 1`, Burn's `[in, out]` layout) scaling its shared
+    /// expert's output by `sigmoid(gate(x))`.
+    pub fn try_with_shared_gate(mut self, gate: Linear) -> Result<Self, ModelError> {
+        let d_model = self.gate_up.dims()[1];
+        if self.shared.is_none() {
+            return Err(ModelError::input(
+                "shared_expert_gate",
+                "given",
+                "needs a shared expert to gate",
+            ));
+        }
+        if gate.weight.dims() != [d_model, 1] {
+            return Err(ModelError::input(
+                "shared_expert_gate.weight",
+                gate.weight.dims(),
+                format!("must be [d_model, 1] = [{d_model}, 1]"),
+            ));
+        }
+        self.shared_gate = Some(gate);
+        Ok(self)
+    }
+
     /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores
     /// (gpt-oss), their sigmoids (Llama 4), or DeepSeek's group-limited choice; zero elsewhere.
     pub fn routing(&self, x: Tensor<2>) -> Tensor<2> {
@@ -456,9 +500,13 @@ impl MixtureOfExperts {
             true => out,
         };
         let routed = out.sum_dim(0).reshape([batch, seq, d_model]);
-        match &self.shared {
-            Some(shared) => shared.forward(x) + routed,
-            None => routed,
+        match (&self.shared, &self.shared_gate) {
+            (Some(shared), Some(gate)) => {
+                let gate = sigmoid(attention::linear_forward(gate, x.clone()));
+                shared.forward(x) * gate + routed
+            }
+            (Some(shared), None) => shared.forward(x) + routed,
+            (None, _) => routed,
         }
     }
 }

@@ -1002,3 +1002,56 @@ fn replaced_rope_equals_a_layer_built_with_it(device: &Device) {
     assert!(error.to_string().contains("must be RoPE"), "{error}");
 }
 once!(replaced_rope_equals_a_layer_built_with_it);
+
+/// Gated attention (Qwen3.5): the context times `sigmoid(gate(x))` before the output
+/// projection, through the whole pass and the cache alike (the context read through an identity
+/// output projection, the same layer's without the gate).
+fn the_output_gate_scales_each_heads_context(device: &Device) {
+    let config = MultiHeadAttentionConfig::new(16, 4)
+        .with_n_kv_heads(Some(2))
+        .with_causal(true)
+        .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(4)));
+    let gated = config.clone().with_output_gate(true).init(device);
+    let plain = MultiHeadAttention {
+        output_gate: None,
+        config: config.clone(),
+        ..gated.clone()
+    };
+    let x = random([2, 5, 16], device);
+    // The context is what the output projection receives: recover it through the identity.
+    let identity = |module: &MultiHeadAttention| {
+        let mut module = module.clone();
+        module.output = burn::nn::LinearConfig::new(16, 16)
+            .with_bias(false)
+            .init(device);
+        module.output.weight = Param::from_tensor(Tensor::eye(16, device));
+        module
+    };
+    let context = identity(&plain).forward(x.clone(), None);
+    let gate = burn::tensor::activation::sigmoid(crate::linear_forward(
+        gated.output_gate.as_ref().unwrap(),
+        x.clone(),
+    ));
+    let want = floats(&(context * gate).into_data());
+    assert_close(
+        &identity(&gated).forward(x.clone(), None).into_data(),
+        &want,
+        1e-5,
+    );
+    let mut cache = KvCache::new();
+    let steps: Vec<_> = (0..5)
+        .map(|t| identity(&gated).forward_cached(x.clone().narrow(1, t, 1), None, &mut cache))
+        .collect();
+    assert_close(&Tensor::cat(steps, 1).into_data(), &want, 1e-5);
+    // Loading: a gate of the wrong shape names the field; a layer without the option refuses one.
+    let weights = |rows: usize| LinearWeights {
+        weight: random([rows, 16], device),
+        bias: None,
+    };
+    let error = gated.clone().try_with_output_gate(weights(8)).unwrap_err();
+    assert!(error.to_string().contains("`output_gate`"), "{error}");
+    let error = plain.try_with_output_gate(weights(16)).unwrap_err();
+    assert!(error.to_string().contains("`output_gate`"), "{error}");
+    assert!(gated.try_with_output_gate(weights(16)).is_ok());
+}
+for_each_backend!(the_output_gate_scales_each_heads_context);

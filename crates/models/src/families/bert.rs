@@ -153,6 +153,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: None,
         pooler: Some("pooler.dense"),
         // Checkpoints saved before transformers 4.31 keep `arange` as a buffer.
+        linear_attention: None,
         ignored: vec!["embeddings.position_ids"],
     })
 }

@@ -91,6 +91,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: Some("ln_f"),
         lm_head: Some("lm_head"),
         pooler: None,
+        linear_attention: None,
         ignored: vec![],
     })
 }

@@ -258,6 +258,7 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
             score_bias: Some("gate.e_score_correction_bias"),
             experts: ExpertTensors::PerExpert,
             shared: "shared_experts.",
+            shared_gate: None,
         }),
         ..llama::names(file)?
     })

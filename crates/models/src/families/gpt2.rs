@@ -135,6 +135,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: Some("lm_head"),
         pooler: None,
         // The causal-mask buffers older checkpoints carry.
+        linear_attention: None,
         ignored: vec![".attn.bias", ".attn.masked_bias"],
     })
 }

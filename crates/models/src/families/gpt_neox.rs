@@ -99,6 +99,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: Some("embed_out"),
         pooler: None,
         // Older checkpoints carry the causal mask and RoPE's frequencies as buffers.
+        linear_attention: None,
         ignored: vec![
             "rotary_emb.inv_freq",
             ".attention.bias",

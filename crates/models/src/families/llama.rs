@@ -267,6 +267,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: Some("norm"),
         lm_head: Some("lm_head"),
         pooler: None,
+        linear_attention: None,
         ignored: vec!["rotary_emb.inv_freq"],
     })
 }

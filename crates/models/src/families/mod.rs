@@ -3,7 +3,7 @@
 //! field), its tensor-name table, and its translation to a [`TransformerConfig`]. A variant
 //! derives from its parent and states only what differs, as transformers' modular files do:
 //! Qwen3 is Llama with QK-norm, Mistral Llama with a window on every layer, SmolLM3 Llama with
-//! NoPE layers.
+//! NoPE layers, Qwen3.5 Qwen3 with Gated DeltaNet layers and gated attention.
 //!
 //! docs/design.md ("Adding a family") walks through one.
 
@@ -26,6 +26,7 @@ mod olmo3;
 mod phi3;
 mod qwen2;
 mod qwen3;
+mod qwen3_5;
 mod smollm3;
 mod t5;
 
@@ -59,11 +60,17 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 22] = [
+const FAMILIES: [Entry; 24] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
     entry("qwen3", qwen3::names, qwen3::architecture),
+    entry("qwen3_5_text", qwen3_5::names, qwen3_5::architecture),
+    entry(
+        "qwen3_5_moe_text",
+        qwen3_5::moe_names,
+        qwen3_5::moe_architecture,
+    ),
     entry("phi3", phi3::names, mistral::architecture),
     entry("gemma2", gemma2::names, gemma2::architecture),
     entry("gemma3_text", gemma3::names, gemma3::architecture),

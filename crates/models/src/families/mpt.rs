@@ -161,6 +161,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: Some("norm_f"),
         lm_head: Some("lm_head"),
         pooler: None,
+        linear_attention: None,
         ignored: vec![],
     })
 }

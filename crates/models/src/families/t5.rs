@@ -148,6 +148,7 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
         lm_head: None,
         pooler: None,
         // `T5EncoderModel` saves the shared table again under the encoder.
+        linear_attention: None,
         ignored: vec!["encoder.embed_tokens.weight"],
     })
 }

@@ -13,7 +13,8 @@ use positional::LearnedPositionalEmbeddingConfig;
 
 use super::Checkpoint;
 use super::names::{
-    AttentionNames, ExpertTensors, FusedOrder, MlpNames, ProjectionLayout, TensorNames,
+    AttentionNames, ExpertTensors, FusedOrder, LinearAttentionNames, MlpNames, ProjectionLayout,
+    TensorNames,
 };
 use crate::block::{Block, FeedForward, FeedForwardConfig, SelfAttention, SelfAttentionConfig};
 use crate::error::ModelError;
@@ -22,8 +23,9 @@ use crate::mlp::linear_from_pytorch;
 use crate::norm::{Norm, NormConfig};
 use crate::transformer::{AbsolutePositions, AbsolutePositionsConfig, OutputHead, Transformer};
 use attention::{
-    LatentAttentionWeights, LatentQueryWeights, LinearWeights, MultiHeadAttention,
-    MultiHeadAttentionConfig, MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+    GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights, LatentAttentionWeights,
+    LatentQueryWeights, LinearWeights, MultiHeadAttention, MultiHeadAttentionConfig,
+    MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
 
 /// The model `family` describes, from `checkpoint`.
@@ -64,6 +66,19 @@ pub(super) fn latent_attention(
         loader.checkpoint,
         device,
     )
+}
+
+/// Layer `layer`'s Gated DeltaNet under the family's `names`, built from `config`.
+pub(super) fn gated_delta_net(
+    names: &TensorNames,
+    layer: usize,
+    config: GatedDeltaNetConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<GatedDeltaNet, ModelError> {
+    let loader = Loader::new(checkpoint, names, layer, device)?;
+    let prefix = loader.rooted(&names.layer(layer));
+    load_gated_delta_net(names, &prefix, config, loader.checkpoint, device)
 }
 
 /// The learned absolute positions of `family`, if it has them.
@@ -255,6 +270,15 @@ impl<'a> Loader<'a> {
                         self.device,
                     )?)
                 }
+                SelfAttentionConfig::GatedDeltaNet(config) => {
+                    SelfAttention::GatedDeltaNet(load_gated_delta_net(
+                        names,
+                        &prefix,
+                        config.clone(),
+                        self.checkpoint,
+                        self.device,
+                    )?)
+                }
             };
             let norm = |loader: &mut Self, name: Option<&str>| {
                 name.map(|name| loader.norm(&at(name), &block.norm))
@@ -350,9 +374,20 @@ impl<'a> Loader<'a> {
                         }
                         None => None,
                     };
-                    FeedForward::Experts(
-                        experts.try_init_with(router, score_bias, gate_up, down, shared)?,
-                    )
+                    let block = experts.try_init_with(router, score_bias, gate_up, down, shared)?;
+                    FeedForward::Experts(match (experts.shared_gate, expert_names.shared_gate) {
+                        (true, Some(name)) => {
+                            block.try_with_shared_gate(self.linear(&at(name), false, [1, d])?)?
+                        }
+                        (true, None) => {
+                            return Err(ModelError::config(
+                                "model_type",
+                                &model_type,
+                                "names no shared expert gate for a block that has one",
+                            ));
+                        }
+                        (false, _) => block,
+                    })
                 }
                 FeedForwardConfig::Dense(mlp) => {
                     let (f, bias) = (mlp.d_ff, mlp.bias);
@@ -548,11 +583,42 @@ pub fn load_layer_with(
             (q, k, v, conv(linear(&at(output), config.output_bias)?))
         }
     };
+    // Gated attention (Qwen3.5) stores each head's query and gate side by side in `q_proj`:
+    // `[heads, 2, head_dim, in]`.
+    let (query, gate) = match config.output_gate {
+        true => {
+            let [rows, d_input] = query.weight.dims();
+            if rows != 2 * q_width {
+                return Err(ModelError::input(
+                    "checkpoint",
+                    prefix,
+                    format!(
+                        "attention: the query projection has {rows} outputs; a gated query holds \
+                         2 * n_heads * head_dim = {}",
+                        2 * q_width
+                    ),
+                ));
+            }
+            let weight = query.weight.reshape([n_heads, 2, head_dim, d_input]);
+            let bias = query.bias.map(|b| b.reshape([n_heads, 2, head_dim]));
+            let part = |i: usize| LinearWeights {
+                weight: weight.clone().narrow(1, i, 1).reshape([q_width, d_input]),
+                bias: bias.clone().map(|b| b.narrow(1, i, 1).reshape([q_width])),
+            };
+            (part(0), Some(part(1)))
+        }
+        false => (query, None),
+    };
     let mut attention = config
         .try_init(device)?
         .try_with_pytorch_weights(query, key, value, output)
         // The projection's own error says which one and why; the layer says where.
         .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
+    if let Some(gate) = gate {
+        attention = attention
+            .try_with_output_gate(gate)
+            .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
+    }
     if let Some((query_norm, key_norm)) = &names.qk_norm
         && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
     {
@@ -646,6 +712,62 @@ fn load_latent_layer(
         ));
     }
     Ok(attention)
+}
+
+/// Loads the Gated DeltaNet layer under `prefix` (`model.layers.0.`) with the family's
+/// `names`; every tensor under its scope must be read.
+fn load_gated_delta_net(
+    names: &TensorNames,
+    prefix: &str,
+    config: GatedDeltaNetConfig,
+    checkpoint: &mut Checkpoint,
+    device: &Device,
+) -> Result<GatedDeltaNet, ModelError> {
+    let linear_names: LinearAttentionNames = names.linear_attention.ok_or_else(|| {
+        ModelError::config(
+            "layer_types",
+            "linear_attention",
+            "names a Gated DeltaNet layer, which this family does not have",
+        )
+    })?;
+    let at = |part: &str| format!("{prefix}{}", linear_names.at(part));
+    let mut linear = |part: &str| -> Result<LinearWeights, ModelError> {
+        Ok(LinearWeights {
+            weight: checkpoint.tensor::<2>(&format!("{}.weight", at(part)), device)?,
+            bias: None,
+        })
+    };
+    let (qkv, gate, step, decay, output) = (
+        linear(linear_names.qkv)?,
+        linear(linear_names.gate)?,
+        linear(linear_names.step)?,
+        linear(linear_names.decay)?,
+        linear(linear_names.output)?,
+    );
+    let weights = GatedDeltaNetWeights {
+        qkv,
+        gate,
+        step,
+        decay,
+        output,
+        conv: checkpoint.tensor::<3>(&format!("{}.weight", at(linear_names.conv)), device)?,
+        dt_bias: checkpoint.tensor::<1>(&at(linear_names.dt_bias), device)?,
+        a_log: checkpoint.tensor::<1>(&at(linear_names.a_log), device)?,
+        norm: checkpoint.tensor::<1>(&format!("{}.weight", at(linear_names.norm)), device)?,
+    };
+    let layer = config
+        .try_init(device)?
+        .try_with_pytorch_weights(weights)
+        .map_err(|e| ModelError::input("checkpoint", prefix, format!("linear attention: {e}")))?;
+    let unread = checkpoint.unread(&[format!("{prefix}{}", linear_names.scope)], &names.ignored);
+    if !unread.is_empty() {
+        return Err(ModelError::input(
+            "checkpoint",
+            unread,
+            "holds tensors of this Gated DeltaNet layer that its configuration does not use",
+        ));
+    }
+    Ok(layer)
 }
 
 /// A `[len]` weight (QK-norm, sinks) read and checked.

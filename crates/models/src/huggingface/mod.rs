@@ -29,7 +29,7 @@ pub use config::HuggingFaceConfig;
 pub use import::load_attention_safetensors;
 pub use load::load_layer_with;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
-pub(crate) use names::{ExpertNames, ExpertTensors, MlpNames, TensorNames};
+pub(crate) use names::{ExpertNames, ExpertTensors, LinearAttentionNames, MlpNames, TensorNames};
 pub(crate) use rope::rope_configs_of_types;
 pub use rope::{multi_axis_rope_config, rope_config, rope_configs, rope_scaling};
 
@@ -119,6 +119,12 @@ fn layer_attention(
             layer,
             "is a latent attention layer, which loads with its whole model (`from_pretrained`)",
         )),
+        SelfAttentionConfig::GatedDeltaNet(_) => Err(ModelError::input(
+            "layer",
+            layer,
+            "is a Gated DeltaNet layer, not multi-head attention (`load_self_attention_from` \
+             loads either)",
+        )),
     }
 }
 
@@ -171,6 +177,9 @@ pub fn load_self_attention_from(
             checkpoint,
             device,
         )?),
+        SelfAttentionConfig::GatedDeltaNet(config) => SelfAttention::GatedDeltaNet(
+            load::gated_delta_net(&family.names, layer, config, checkpoint, device)?,
+        ),
     })
 }
 

@@ -22,6 +22,8 @@ pub(crate) struct TensorNames {
     /// A layer's prefix, `{layer}` standing for its index (`layers.{layer}.`).
     pub layer: &'static str,
     pub attention: AttentionNames,
+    /// The Gated DeltaNet layers' tensors, in the families that have them (Qwen3.5).
+    pub linear_attention: Option<LinearAttentionNames>,
     pub attention_norm: Option<&'static str>,
     pub feed_forward_norm: Option<&'static str>,
     pub post_attention_norm: Option<&'static str>,
@@ -68,13 +70,13 @@ impl TensorNames {
             .map(str::to_owned)
     }
 
-    /// Whether `checkpoint` holds the attention of layer `layer` under `root`.
+    /// Whether `checkpoint` holds the attention (or the Gated DeltaNet) of layer `layer` under
+    /// `root`.
     pub fn has_layer(&self, checkpoint: &Checkpoint, root: &str, layer: usize) -> bool {
-        checkpoint.contains(&format!(
-            "{root}{}{}",
-            self.layer(layer),
-            self.attention.probe()
-        ))
+        let prefix = format!("{root}{}", self.layer(layer));
+        checkpoint.contains(&format!("{prefix}{}", self.attention.probe()))
+            || (self.linear_attention)
+                .is_some_and(|names| checkpoint.contains(&format!("{prefix}{}", names.probe())))
     }
 }
 
@@ -198,6 +200,56 @@ impl AttentionNames {
     }
 }
 
+/// A Gated DeltaNet layer's tensors, relative to its layer, without `.weight` (transformers'
+/// `Qwen3_5GatedDeltaNet`: `linear_attn.in_proj_qkv`, ...).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinearAttentionNames {
+    /// Before every name below: `linear_attn.`.
+    pub scope: &'static str,
+    /// Queries, keys and values before the convolution.
+    pub qkv: &'static str,
+    /// The output gate `z`.
+    pub gate: &'static str,
+    /// The step `beta` (`in_proj_b`).
+    pub step: &'static str,
+    /// The decay's input `a` (`in_proj_a`).
+    pub decay: &'static str,
+    /// The depthwise convolution (`conv1d`, `[channels, 1, kernel]`).
+    pub conv: &'static str,
+    /// Parameters stored whole, not as `.weight`: the decay's bias and `ln A`.
+    pub dt_bias: &'static str,
+    pub a_log: &'static str,
+    /// The gated output norm.
+    pub norm: &'static str,
+    pub output: &'static str,
+}
+
+impl LinearAttentionNames {
+    /// Qwen3.5's names (transformers 5.23) under `linear_attn.`.
+    pub const QWEN3_5: Self = Self {
+        scope: "linear_attn.",
+        qkv: "in_proj_qkv",
+        gate: "in_proj_z",
+        step: "in_proj_b",
+        decay: "in_proj_a",
+        conv: "conv1d",
+        dt_bias: "dt_bias",
+        a_log: "A_log",
+        norm: "norm",
+        output: "out_proj",
+    };
+
+    /// The name of `part` under the scope (`linear_attn.in_proj_qkv`).
+    pub fn at(&self, part: &str) -> String {
+        format!("{}{part}", self.scope)
+    }
+
+    /// How a checkpoint is recognised as holding a layer under these names.
+    fn probe(&self) -> String {
+        format!("{}.weight", self.at(self.qkv))
+    }
+}
+
 /// A mixture of experts' tensors, relative to its layer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ExpertNames {
@@ -212,6 +264,8 @@ pub(crate) struct ExpertNames {
     /// The shared expert's `gate_proj`, `up_proj` and `down_proj` are under this:
     /// `shared_expert.` (Llama 4), `shared_experts.` (DeepSeek).
     pub shared: &'static str,
+    /// The shared expert's gate, `d_model -> 1` (`shared_expert_gate`, Qwen3.5-MoE).
+    pub shared_gate: Option<&'static str>,
 }
 
 impl ExpertNames {
@@ -224,6 +278,7 @@ impl ExpertNames {
             score_bias: None,
             experts: ExpertTensors::Fused,
             shared: "shared_expert.",
+            shared_gate: None,
         }
     }
 }

@@ -255,6 +255,7 @@ fn logits_or_named_error(
     let causal = |b: &BlockConfig| match &b.attention {
         SelfAttentionConfig::MultiHead(attention) => attention.causal,
         SelfAttentionConfig::Latent(attention) => attention.causal,
+        SelfAttentionConfig::GatedDeltaNet(_) => true,
     };
     if !length_dependent && model.config().blocks.iter().all(causal) {
         let mut caches = model.new_caches();
