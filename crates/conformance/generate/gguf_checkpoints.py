@@ -100,7 +100,8 @@ types of Gemma 3 and Cohere 2, ...) or transformers' GGUF loader does not read (
 
 Qwen3.5, Qwen3.5-MoE and Gemma 4 (``../models`` only; converted later with the same tree, torch and
 transformers) convert as ``qwen35``, ``qwen35moe`` and ``gemma4`` (Qwen3.5 with ``--no-mtp``, Gemma
-4 with the SentencePiece-style BPE tokenizer) and are written there too, byte-for-byte reproducible.
+4 with the SentencePiece-style BPE tokenizer), byte-for-byte reproducible; Qwen3.5's two are in
+``../models`` (Gemma 4's joins them when the family loads).
 ``--check``: transformers' GGUF loader gives both Qwen3.5 files' tensors back exactly (max |diff| 0
 under config.json's config), but from the GGUF alone it rebuilds ``layer_types`` from
 ``full_attention_interval`` (which the converter writes as 4, the default, config.json having none)

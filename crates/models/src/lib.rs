@@ -1,4 +1,4 @@
-//! Whole transformer models of 21 Hugging Face families, built only from this workspace's
+//! Whole transformer models of 23 Hugging Face families, built only from this workspace's
 //! `positional` and `attention` crates and Burn's own modules, loaded from `config.json` and
 //! `model.safetensors` as the Hub holds them, and checked against transformers' float64 outputs.
 //!
@@ -10,6 +10,7 @@
 //! | `olmo3` | norms after each branch only, QK-norm over the whole projection, RoPE per layer type | OLMo 2 and 3 |
 //! | `glm4` | four norms per layer, partial RoPE on adjacent pairs, fused gate and up | GLM-4 |
 //! | `cohere2` | parallel attention and MLP from one LayerNorm, RoPE on sliding layers only, logit scale | Command R7B |
+//! | `qwen3_5_text`, `qwen3_5_moe_text` (and the released `qwen3_5`, `qwen3_5_moe`) | three Gated DeltaNet layers in four (a recurrent state, no KV cache), gated attention with a quarter of each head rotated, `(1 + w)` norms; routed experts with a gated shared expert | Qwen3.5, after Qwen3-Next |
 //! | `gemma2`, `gemma3_text` | pre-norm and post-norm of each branch, `1 + w` norms, GeGLU, scaled and tied embeddings, final soft-cap | Gemma's model cards |
 //! | `gpt_oss` | pre-norm decoder with routed experts ([`experts`]) | gpt-oss model card |
 //! | `gpt_neox` | parallel residual | GPT-NeoX / GPT-J |

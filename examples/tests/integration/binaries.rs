@@ -797,3 +797,116 @@ fn context_study_reads_smollm2_in_chunks_as_whole(backend: &str) {
     assert_eq!(whole.len(), 1);
 }
 once!(context_study_reads_smollm2_in_chunks_as_whole);
+
+/// A word-level `tokenizer.json` of `vocab_size` tokens: `<pad>`, `<s>`, `</s>`, `<unk>`, the
+/// ten digits one token each (pass keys), then `words`; every other word is `<unk>`.
+fn word_level_tokenizer(vocab_size: usize, words: &[&str]) -> String {
+    let mut vocab: Vec<String> = ["<pad>", "<s>", "</s>", "<unk>"].map(String::from).to_vec();
+    vocab.extend((0..10).map(|digit| digit.to_string()));
+    vocab.extend(words.iter().map(|word| word.to_string()));
+    vocab.truncate(vocab_size);
+    while vocab.len() < vocab_size {
+        vocab.push(format!("<unused{}>", vocab.len()));
+    }
+    let vocab: serde_json::Map<String, serde_json::Value> = vocab
+        .into_iter()
+        .enumerate()
+        .map(|(id, token)| (token, serde_json::json!(id)))
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Whitespace"},
+            {"type": "Digits", "individual_digits": true}
+        ]},
+        "post_processor": null,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    })
+    .to_string()
+}
+
+/// `context` on the repository's Qwen3.5 reference checkpoint (Gated DeltaNet layers beside
+/// gated attention; random weights, a word-level tokenizer written here), reading the README at
+/// 512 and 1,024 tokens with every scaling: perplexity read through the caches in chunks of 100
+/// tokens (the DeltaNet state carried from chunk to chunk) equals that read in one call, the
+/// scalings change the full layers' RoPE (the perplexities differ), and each length's five keys
+/// are asked from a copy of the caches (a DeltaNet state cannot be truncated back).
+fn context_study_reads_a_hybrid_model_in_chunks_as_whole(backend: &str) {
+    let model = scratch(&format!("context-qwen3_5-{backend}"));
+    let checkpoint = repository().join("crates/conformance/models/qwen3_5");
+    for file in ["config.json", "generation_config.json", "model.safetensors"] {
+        std::fs::copy(checkpoint.join(file), model.join(file)).unwrap();
+    }
+    let words = [
+        "the", "a", "of", "and", "to", "is", "in", "for", "with", "on", "The", "model", "key",
+        "pass", "what", "What", "s", "it", "as", "from",
+    ];
+    std::fs::write(
+        model.join("tokenizer.json"),
+        word_level_tokenizer(96, &words),
+    )
+    .unwrap();
+    let readme = repository().join("README.md");
+    let run_with_chunk = |chunk: &str| {
+        let out = scratch(&format!("context-qwen3_5-{backend}-{chunk}"));
+        let args = [
+            "--model",
+            model.to_str().unwrap(),
+            "--device",
+            backend,
+            "--text",
+            readme.to_str().unwrap(),
+            "--max-len",
+            "1024",
+            "--chunk",
+            chunk,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        let table = stdout_of(CONTEXT, &args);
+        assert!(
+            table.contains("qwen3_5_text") && table.contains("/5)"),
+            "{table}"
+        );
+        let report: ContextReport =
+            serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap())
+                .unwrap();
+        std::fs::remove_dir_all(out).unwrap();
+        report
+    };
+    let (whole, chunked) = (run_with_chunk("2048"), run_with_chunk("100"));
+    let perplexities = |report: &ContextReport| -> Vec<f64> {
+        report
+            .results
+            .iter()
+            .flat_map(|result| {
+                assert_eq!(result.lengths.len(), 2);
+                result.lengths.iter().map(|length| {
+                    assert_eq!(length.passkeys.len(), 5);
+                    length.perplexity
+                })
+            })
+            .collect()
+    };
+    let (whole, chunked) = (perplexities(&whole), perplexities(&chunked));
+    assert_eq!(whole.len(), 8, "four scalings at two lengths: {whole:?}");
+    for (w, c) in whole.iter().zip(&chunked) {
+        assert!(w.is_finite() && *w > 1.0, "{whole:?}");
+        assert!(
+            (w / c - 1.0).abs() < 1e-4,
+            "whole {whole:?}, in chunks {chunked:?}"
+        );
+    }
+    // At 1,024 tokens, four times the training length, the scalings read differently.
+    assert!(
+        (whole[1] - whole[3]).abs() > 1e-6,
+        "as trained and linear agree: {whole:?}"
+    );
+    std::fs::remove_dir_all(model).unwrap();
+}
+once!(context_study_reads_a_hybrid_model_in_chunks_as_whole);

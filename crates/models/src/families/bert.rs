@@ -152,8 +152,9 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: None,
         lm_head: None,
         pooler: Some("pooler.dense"),
-        // Checkpoints saved before transformers 4.31 keep `arange` as a buffer.
         linear_attention: None,
+        // Checkpoints saved before transformers 4.31 keep `arange` as a buffer.
         ignored: vec!["embeddings.position_ids"],
+        skipped: vec![],
     })
 }

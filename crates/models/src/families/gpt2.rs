@@ -134,8 +134,9 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: Some("ln_f"),
         lm_head: Some("lm_head"),
         pooler: None,
-        // The causal-mask buffers older checkpoints carry.
         linear_attention: None,
+        // The causal-mask buffers older checkpoints carry.
         ignored: vec![".attn.bias", ".attn.masked_bias"],
+        skipped: vec![],
     })
 }

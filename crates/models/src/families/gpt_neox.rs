@@ -98,12 +98,13 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         final_norm: Some("final_layer_norm"),
         lm_head: Some("embed_out"),
         pooler: None,
-        // Older checkpoints carry the causal mask and RoPE's frequencies as buffers.
         linear_attention: None,
+        // Older checkpoints carry the causal mask and RoPE's frequencies as buffers.
         ignored: vec![
             "rotary_emb.inv_freq",
             ".attention.bias",
             ".attention.masked_bias",
         ],
+        skipped: vec![],
     })
 }

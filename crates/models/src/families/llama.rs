@@ -269,6 +269,7 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         pooler: None,
         linear_attention: None,
         ignored: vec!["rotary_emb.inv_freq"],
+        skipped: vec![],
     })
 }
 

@@ -60,7 +60,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 24] = [
+const FAMILIES: [Entry; 26] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -70,6 +70,13 @@ const FAMILIES: [Entry; 24] = [
         "qwen3_5_moe_text",
         qwen3_5::moe_names,
         qwen3_5::moe_architecture,
+    ),
+    // The released vision-language checkpoints, read as their text models.
+    entry("qwen3_5", qwen3_5::vl_names, qwen3_5::vl_architecture),
+    entry(
+        "qwen3_5_moe",
+        qwen3_5::vl_moe_names,
+        qwen3_5::vl_moe_architecture,
     ),
     entry("phi3", phi3::names, mistral::architecture),
     entry("gemma2", gemma2::names, gemma2::architecture),

@@ -163,5 +163,6 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         pooler: None,
         linear_attention: None,
         ignored: vec![],
+        skipped: vec![],
     })
 }

@@ -7,6 +7,11 @@
 //! token's three positions are equal, is plain partial RoPE. Without `layer_types`, every
 //! `full_attention_interval`-th layer (4) is full attention.
 //!
+//! The released checkpoints are vision-language models (`qwen3_5`, `qwen3_5_moe`:
+//! `Qwen3_5ForConditionalGeneration`): their text model is read from `text_config` and
+//! `model.language_model.`, the vision tower (`model.visual.`) and the multi-token-prediction
+//! head (`mtp.`) left unread, as transformers' `Qwen3_5ForCausalLM` loads them.
+//!
 //! The MoE variant replaces every MLP with routed experts (a softmax over the router's scores,
 //! the top `num_experts_per_tok` renormalised: the softmax of the top scores) and a SwiGLU shared
 //! expert scaled by `sigmoid(shared_expert_gate x)`.
@@ -197,12 +202,56 @@ fn read(
     Ok(architecture)
 }
 
-/// `Qwen3_5ForCausalLM`'s names: Qwen3's, with the Gated DeltaNet layers' under `linear_attn.`.
+/// `Qwen3_5ForCausalLM`'s names: Qwen3's, with the Gated DeltaNet layers' under `linear_attn.`;
+/// a multi-token-prediction head (`mtp.`) is not read.
 pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
     Ok(TensorNames {
         linear_attention: Some(LinearAttentionNames::QWEN3_5),
+        skipped: vec!["mtp."],
         ..llama::with_qk_norm_names(llama::names(file)?)
     })
+}
+
+/// The text model of a vision-language `config.json` (`text_config`).
+fn text_model(file: &HuggingFaceConfig) -> Result<HuggingFaceConfig, ModelError> {
+    file.text_config().unwrap_or_else(|| {
+        Err(ModelError::config(
+            "text_config",
+            serde_json::Value::Null,
+            "is required: a vision-language Qwen3.5 config holds its text model there",
+        ))
+    })
+}
+
+/// `Qwen3_5ForConditionalGeneration`'s text model (`qwen3_5`).
+pub(super) fn vl_architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {
+    architecture(&text_model(file)?)
+}
+
+/// `Qwen3_5MoeForConditionalGeneration`'s text model (`qwen3_5_moe`).
+pub(super) fn vl_moe_architecture(
+    file: &HuggingFaceConfig,
+) -> Result<TransformerConfig, ModelError> {
+    moe_architecture(&text_model(file)?)
+}
+
+/// The vision-language checkpoints' names: the text model under `model.language_model.`, the
+/// vision tower and the multi-token-prediction head not read.
+pub(super) fn vl_names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(vision_language(names(&text_model(file)?)?))
+}
+
+/// [`vl_names`] of the MoE variant.
+pub(super) fn vl_moe_names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
+    Ok(vision_language(moe_names(&text_model(file)?)?))
+}
+
+fn vision_language(names: TensorNames) -> TensorNames {
+    TensorNames {
+        root: "model.language_model.",
+        skipped: vec!["model.visual.", "mtp."],
+        ..names
+    }
 }
 
 /// `Qwen3_5MoeForCausalLM`'s names: the dense variant's, with its experts stored one

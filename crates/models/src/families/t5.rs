@@ -147,8 +147,9 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
         final_norm: Some("encoder.final_layer_norm"),
         lm_head: None,
         pooler: None,
-        // `T5EncoderModel` saves the shared table again under the encoder.
         linear_attention: None,
+        // `T5EncoderModel` saves the shared table again under the encoder.
         ignored: vec!["encoder.embed_tokens.weight"],
+        skipped: vec![],
     })
 }

@@ -55,6 +55,65 @@ pub(crate) enum Transform {
         /// The attention heads.
         heads: usize,
     },
+    /// Qwen3.5's Gated DeltaNet tensors: transformers' value head `j` reads key head
+    /// `j / (value_heads / key_heads)` (grouped), llama.cpp's reads `j % key_heads` (tiled), so
+    /// the converter reorders every value-head block of rows (or columns) from the first order to
+    /// the second. `A_log` is stored as `-exp(A_log)` and the convolution as `[channels, kernel]`.
+    TiledValueHeads {
+        /// Where the value heads are in the tensor.
+        heads: ValueHeads,
+        /// The blocks are columns (`out_proj`), not rows.
+        columns: bool,
+        /// What else the converter did.
+        also: AlsoStored,
+    },
+}
+
+/// The value heads' blocks along one axis of a Gated DeltaNet tensor: `offset` rows (or columns)
+/// before them (the queries and keys of `in_proj_qkv`), then `value_heads` blocks of `per_head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ValueHeads {
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub offset: usize,
+    pub per_head: usize,
+}
+
+impl ValueHeads {
+    /// Where transformers keeps the block llama.cpp stores at head `stored`: llama.cpp's head
+    /// `r * key_heads + k` is transformers' `k * (value_heads / key_heads) + r`.
+    fn grouped(&self, stored: usize) -> usize {
+        let groups = self.value_heads / self.key_heads;
+        (stored % self.key_heads) * groups + stored / self.key_heads
+    }
+
+    /// The tensor's rows (or columns) index `stored` in transformers' order.
+    fn unstored(&self, stored: usize) -> usize {
+        match stored.checked_sub(self.offset) {
+            Some(within) if within < self.value_heads * self.per_head => {
+                let (head, i) = (within / self.per_head, within % self.per_head);
+                self.offset + self.grouped(head) * self.per_head + i
+            }
+            _ => stored,
+        }
+    }
+
+    fn fits(&self, len: usize) -> bool {
+        self.key_heads > 0
+            && self.per_head > 0
+            && self.value_heads.is_multiple_of(self.key_heads)
+            && self.offset + self.value_heads * self.per_head == len
+    }
+}
+
+/// What [`Transform::TiledValueHeads`]'s tensor went through besides the reordering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AlsoStored {
+    Nothing,
+    /// `A_log` stored as `-exp(A_log)` (`ssm_a`).
+    NegatedExp,
+    /// The convolution `[channels, 1, kernel]` stored as `[channels, kernel]`.
+    KernelAxisDropped,
 }
 
 /// A name table: llama.cpp's tensor name and the Hugging Face one.
@@ -226,9 +285,42 @@ const GPT_OSS_LAYER: &[(&str, &str)] = &[
     ("ffn_down_exps", "mlp.experts.down_proj"),
 ];
 
+/// Qwen3.5's layer (llama.cpp `LLM_ARCH_QWEN35`, and `qwen35moe`'s experts): Qwen3's gated
+/// attention on full layers, Gated DeltaNet (`ssm_*`) on linear ones.
+const QWEN35_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("attn_qkv", "linear_attn.in_proj_qkv"),
+    ("attn_gate", "linear_attn.in_proj_z"),
+    ("ssm_alpha", "linear_attn.in_proj_a"),
+    ("ssm_beta", "linear_attn.in_proj_b"),
+    ("ssm_conv1d", "linear_attn.conv1d"),
+    ("ssm_dt", "linear_attn.dt"),
+    ("ssm_a", "linear_attn.A_log"),
+    ("ssm_norm", "linear_attn.norm"),
+    ("ssm_out", "linear_attn.out_proj"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("ffn_gate_inp", "mlp.gate"),
+    ("ffn_gate_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_up_exps", "mlp.experts.gate_up_proj"),
+    ("ffn_down_exps", "mlp.experts.down_proj"),
+    ("ffn_gate_shexp", "mlp.shared_expert.gate_proj"),
+    ("ffn_up_shexp", "mlp.shared_expert.up_proj"),
+    ("ffn_down_shexp", "mlp.shared_expert.down_proj"),
+    ("ffn_gate_inp_shexp", "mlp.shared_expert_gate"),
+];
+
 /// Hugging Face parameters stored without a `.weight` suffix (their bias, where they have one, is
-/// `{name}_bias`).
-const BARE_PARAMETERS: [&str; 6] = [
+/// `{name}_bias`; a GGUF tensor without a suffix, `ssm_a`, is the parameter itself).
+const BARE_PARAMETERS: [&str; 8] = [
     "self_attn.sinks",
     "mlp.experts.gate_up_proj",
     "mlp.experts.down_proj",
@@ -236,6 +328,9 @@ const BARE_PARAMETERS: [&str; 6] = [
     "feed_forward.experts.down_proj",
     // DeepSeek's `e_score_correction_bias`, stored as `exp_probs_b.bias`.
     "mlp.gate.e_score_correction",
+    // Qwen3.5's `dt_bias` (`ssm_dt.bias`) and `A_log` (`ssm_a`).
+    "linear_attn.dt",
+    "linear_attn.A_log",
 ];
 
 /// Llama 4's text layer: Llama's attention (its q/k rows as stored: Llama 4 turns adjacent
@@ -431,6 +526,24 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         config: config::llama4,
     },
     Architecture {
+        gguf: "qwen35",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| QWEN35_LAYER,
+        transform: qwen35_tensors,
+        config: config::qwen35,
+    },
+    Architecture {
+        gguf: "qwen35moe",
+        global_tensors: LLAMA_GLOBAL,
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| QWEN35_LAYER,
+        transform: qwen35_tensors,
+        config: config::qwen35moe,
+    },
+    Architecture {
         gguf: "gemma2",
         global_tensors: LLAMA_GLOBAL,
         layer_prefix: "model.layers",
@@ -621,6 +734,47 @@ fn deepseek2_tensors(tensor: &str, suffix: &str, config: &Map<String, Json>) -> 
     }
 }
 
+/// Qwen3.5: the Gated DeltaNet tensors' value heads back in transformers' order, `A_log` and the
+/// convolution's axis restored, every norm but the gated one stored as `1 + w` (Qwen3.5's norms
+/// are `(1 + w)`; llama.cpp's multiply by the stored weight), the experts as DeepSeek's.
+fn qwen35_tensors(tensor: &str, suffix: &str, config: &Map<String, Json>) -> Transform {
+    let field = |key: &str| config.get(key).and_then(Json::as_u64).unwrap_or(0) as usize;
+    let (key_heads, value_heads) = (
+        field("linear_num_key_heads"),
+        field("linear_num_value_heads"),
+    );
+    let (key_dim, value_dim) = (field("linear_key_head_dim"), field("linear_value_head_dim"));
+    let tiled = |offset: usize, per_head: usize, columns: bool, also: AlsoStored| {
+        Transform::TiledValueHeads {
+            heads: ValueHeads {
+                key_heads,
+                value_heads,
+                offset,
+                per_head,
+            },
+            columns,
+            also,
+        }
+    };
+    let queries_and_keys = 2 * key_heads * key_dim;
+    match tensor {
+        "attn_qkv" => tiled(queries_and_keys, value_dim, false, AlsoStored::Nothing),
+        "ssm_conv1d" => tiled(
+            queries_and_keys,
+            value_dim,
+            false,
+            AlsoStored::KernelAxisDropped,
+        ),
+        "attn_gate" => tiled(0, value_dim, false, AlsoStored::Nothing),
+        "ssm_out" => tiled(0, value_dim, true, AlsoStored::Nothing),
+        "ssm_alpha" | "ssm_beta" | "ssm_dt" => tiled(0, 1, false, AlsoStored::Nothing),
+        "ssm_a" => tiled(0, 1, false, AlsoStored::NegatedExp),
+        "ssm_norm" => Transform::None,
+        norm if norm.ends_with("norm") => Transform::MinusOne,
+        _ => llama4_tensors(tensor, suffix, config),
+    }
+}
+
 /// BLOOM and GPT-NeoX: the fused QKV (weight and bias) regrouped.
 fn regrouped_qkv(tensor: &str, _: &str, config: &Map<String, Json>) -> Transform {
     let heads = ["num_attention_heads", "n_head"]
@@ -662,14 +816,15 @@ pub(crate) fn hugging_face_name(
     name: &str,
     config: &Map<String, Json>,
 ) -> Option<(String, Transform)> {
-    let (stem, suffix) = name.rsplit_once('.')?;
-    if suffix != "weight" && suffix != "bias" {
-        return None;
-    }
+    // Most tensors end in `.weight` or `.bias`; a few are the parameter itself (`ssm_a`).
+    let (stem, suffix) = match name.rsplit_once('.') {
+        Some((stem, suffix @ ("weight" | "bias"))) => (stem, suffix),
+        _ => (name, ""),
+    };
     if let Some((_, hf)) = architecture
         .global_tensors
         .iter()
-        .find(|(gguf, _)| *gguf == stem)
+        .find(|(gguf, _)| *gguf == stem && !suffix.is_empty())
     {
         let transform = (architecture.transform)(stem, suffix, config);
         return Some((format!("{hf}.{suffix}"), transform));
@@ -684,7 +839,8 @@ pub(crate) fn hugging_face_name(
         .find(|(gguf, _)| *gguf == tensor)?;
     let transform = (architecture.transform)(tensor, suffix, config);
     let name = match (BARE_PARAMETERS.contains(hf), suffix) {
-        (true, "weight") => format!("{}.{layer}.{hf}", architecture.layer_prefix),
+        (false, "") => return None,
+        (true, "weight" | "") => format!("{}.{layer}.{hf}", architecture.layer_prefix),
         (true, _) => format!("{}.{layer}.{hf}_bias", architecture.layer_prefix),
         (false, _) => format!("{}.{layer}.{hf}.{suffix}", architecture.layer_prefix),
     };
@@ -705,6 +861,22 @@ pub(crate) fn check_transform(
         Transform::KvBHalf { .. } => shape.len() == 3,
         Transform::UnpermuteRope { heads } => heads > 0 && rows % (2 * heads) == 0,
         Transform::RegroupedQkv { heads } => heads > 0 && rows % (3 * heads) == 0,
+        Transform::TiledValueHeads {
+            heads,
+            columns,
+            also,
+        } => {
+            let axis = match columns {
+                true => shape.get(1).copied().unwrap_or(0),
+                false => rows,
+            };
+            let dims = match also {
+                AlsoStored::KernelAxisDropped => 2,
+                _ if columns => 2,
+                _ => shape.len(),
+            };
+            shape.len() == dims && heads.fits(axis)
+        }
     };
     match fits {
         true => Ok(()),
@@ -750,6 +922,37 @@ pub(crate) fn undo(
                 (head * 2 + pair) * half + i
             };
             (move_rows(&values, &to), shape)
+        }
+        Transform::TiledValueHeads {
+            heads,
+            columns: false,
+            also,
+        } => {
+            let values = move_rows(&values, &|stored| heads.unstored(stored));
+            match also {
+                AlsoStored::Nothing => (values, shape),
+                AlsoStored::NegatedExp => {
+                    let values = values.into_iter().map(|a| (-a).ln()).collect();
+                    (values, shape)
+                }
+                AlsoStored::KernelAxisDropped => (values, vec![shape[0], 1, shape[1]]),
+            }
+        }
+        Transform::TiledValueHeads {
+            heads,
+            columns: true,
+            ..
+        } => {
+            let mut out = vec![0f32; values.len()];
+            for (from, to) in values
+                .chunks_exact(row_len)
+                .zip(out.chunks_exact_mut(row_len))
+            {
+                for (stored, value) in from.iter().enumerate() {
+                    to[heads.unstored(stored)] = *value;
+                }
+            }
+            (out, shape)
         }
         Transform::RegroupedQkv { heads } => {
             // stored [q | k | v] x [heads, d]; the family's layout is [heads] x [q, k, v] x [d]
@@ -797,6 +1000,10 @@ pub(crate) fn transformed_shape(transform: Transform, shape: Vec<usize>) -> Vec<
         // kv_rank] -> [heads * value, kv_rank]. The joined tensor has both halves' rows.
         Transform::KvBHalf { value: false } => shape = vec![shape[0] * shape[2], shape[1]],
         Transform::KvBHalf { value: true } => shape = vec![shape[0] * shape[1], shape[2]],
+        Transform::TiledValueHeads {
+            also: AlsoStored::KernelAxisDropped,
+            ..
+        } => shape = vec![shape[0], 1, shape[1]],
         _ => {}
     }
     shape
@@ -936,6 +1143,59 @@ pub(crate) fn join_halves(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Qwen3.5's value heads: llama.cpp stores 4 value heads over 2 key heads tiled (key head
+    /// `j % 2`), transformers grouped (`j / 2`): stored heads 0, 1, 2, 3 are transformers' 0, 2,
+    /// 1, 3. Rows before the value heads (queries and keys) stay; `A_log` comes back from
+    /// `-exp(A_log)`; the convolution regains its middle axis; `out_proj` moves columns.
+    #[test]
+    fn tiled_value_heads_go_back_to_transformers_order() {
+        let heads = |offset, per_head| ValueHeads {
+            key_heads: 2,
+            value_heads: 4,
+            offset,
+            per_head,
+        };
+        let order: Vec<usize> = (0..4).map(|j| heads(0, 1).unstored(j)).collect();
+        assert_eq!(order, vec![0, 2, 1, 3]);
+        // Two query/key rows, then heads of 2 rows: rows [q, k, v0a, v0b, v1a, ...] stored tiled.
+        let qkv = Transform::TiledValueHeads {
+            heads: heads(2, 2),
+            columns: false,
+            also: AlsoStored::Nothing,
+        };
+        let stored: Vec<f32> = (0..10).map(|v| v as f32).collect();
+        let (values, shape) = undo(qkv, stored.clone(), vec![10, 1]);
+        assert_eq!(shape, vec![10, 1]);
+        assert_eq!(values, vec![0., 1., 2., 3., 6., 7., 4., 5., 8., 9.]);
+        check_transform(qkv, &[10, 1], "attn_qkv").unwrap();
+        assert!(check_transform(qkv, &[9, 1], "attn_qkv").is_err());
+        let a = Transform::TiledValueHeads {
+            heads: heads(0, 1),
+            columns: false,
+            also: AlsoStored::NegatedExp,
+        };
+        let a_log = [0.5f32, -1.0, 2.0, 0.0];
+        let stored: Vec<f32> = [0, 2, 1, 3].iter().map(|&h| -a_log[h].exp()).collect();
+        let (values, _) = undo(a, stored, vec![4]);
+        for (got, want) in values.iter().zip(a_log) {
+            assert!((got - want).abs() < 1e-6, "{values:?}");
+        }
+        let conv = Transform::TiledValueHeads {
+            heads: heads(2, 2),
+            columns: false,
+            also: AlsoStored::KernelAxisDropped,
+        };
+        assert_eq!(transformed_shape(conv, vec![10, 4]), vec![10, 1, 4]);
+        assert_eq!(undo(conv, vec![0.0; 40], vec![10, 4]).1, vec![10, 1, 4]);
+        let out = Transform::TiledValueHeads {
+            heads: heads(0, 1),
+            columns: true,
+            also: AlsoStored::Nothing,
+        };
+        let (values, _) = undo(out, vec![0., 1., 2., 3., 10., 11., 12., 13.], vec![2, 4]);
+        assert_eq!(values, vec![0., 2., 1., 3., 10., 12., 11., 13.]);
+    }
 
     /// gpt-oss's halves go back to the interleaved columns transformers stores: weights
     /// `[experts, ff, in]` transposed to `[experts, in, ff]`, gate at even columns; biases

@@ -169,6 +169,17 @@ impl Hparams<'_> {
 
 /// What every Llama-like architecture stores: sizes, norm epsilon, RoPE, the head's tying.
 fn llama_like(h: &Hparams, model_type: &str) -> Result<Map<String, Json>, ModelError> {
+    let mut config = attention_like(h, model_type)?;
+    config.insert(
+        "intermediate_size".into(),
+        json!(h.required("feed_forward_length")?),
+    );
+    Ok(config)
+}
+
+/// [`llama_like`] but the dense MLP's width, which a model whose every layer has experts does
+/// not store (Qwen3.5-MoE).
+fn attention_like(h: &Hparams, model_type: &str) -> Result<Map<String, Json>, ModelError> {
     let hidden = h.required("embedding_length")?;
     let heads = h.required("attention.head_count")?;
     // llama.cpp lets a file give one count per layer; every family here has one for all.
@@ -187,7 +198,6 @@ fn llama_like(h: &Hparams, model_type: &str) -> Result<Map<String, Json>, ModelE
         model_type,
         &[
             ("embedding_length", "hidden_size"),
-            ("feed_forward_length", "intermediate_size"),
             ("block_count", "num_hidden_layers"),
             ("attention.head_count", "num_attention_heads"),
         ],
@@ -499,6 +509,100 @@ pub(crate) fn glm4(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
         json!(h.has_tensor("blk.0.attn_q.bias")),
     );
     Ok(config)
+}
+
+/// Qwen3.5: gated attention on the full layers (its sizes as Llama's) and Gated DeltaNet on the
+/// layers `attention.recurrent_layers` flags (else every `full_attention_interval`-th layer
+/// full). llama.cpp's `ssm.*` keys name the DeltaNet's sizes after Mamba's: `state_size` is a key
+/// head's width, `group_count` the key heads, `time_step_rank` the value heads and `inner_size`
+/// all value heads' width.
+pub(crate) fn qwen35(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = llama_like(h, "qwen3_5_text")?;
+    qwen35_layers(h, &mut config)?;
+    Ok(config)
+}
+
+/// Qwen3.5-MoE: Qwen3.5's layers with routed experts and a gated shared expert in every layer.
+pub(crate) fn qwen35moe(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = attention_like(h, "qwen3_5_moe_text")?;
+    qwen35_layers(h, &mut config)?;
+    for (key, field) in [
+        ("expert_count", "num_experts"),
+        ("expert_used_count", "num_experts_per_tok"),
+        ("expert_feed_forward_length", "moe_intermediate_size"),
+        (
+            "expert_shared_feed_forward_length",
+            "shared_expert_intermediate_size",
+        ),
+    ] {
+        config.insert(field.into(), json!(h.required(key)?));
+    }
+    Ok(config)
+}
+
+/// Qwen3.5's Gated DeltaNet sizes, layer types and M-RoPE sections.
+fn qwen35_layers(h: &Hparams, config: &mut Map<String, Json>) -> Result<(), ModelError> {
+    let value_heads = h.required("ssm.time_step_rank")?;
+    let inner = h.required("ssm.inner_size")?;
+    if !inner.is_multiple_of(value_heads) {
+        return Err(ModelError::config(
+            h.key("ssm.inner_size"),
+            inner,
+            format!("must be a multiple of ssm.time_step_rank (the value heads, {value_heads})"),
+        ));
+    }
+    for (field, value) in [
+        ("linear_conv_kernel_dim", h.required("ssm.conv_kernel")?),
+        ("linear_key_head_dim", h.required("ssm.state_size")?),
+        ("linear_num_key_heads", h.required("ssm.group_count")?),
+        ("linear_num_value_heads", value_heads),
+        ("linear_value_head_dim", inner / value_heads),
+    ] {
+        config.insert(field.into(), json!(value));
+    }
+    let layers = h.required("block_count")?;
+    let key = h.key("attention.recurrent_layers");
+    let recurrent: Vec<bool> = match h.get("attention.recurrent_layers") {
+        Some(Value::Array(flags)) => {
+            let flags: Option<Vec<bool>> = flags.iter().map(Value::as_bool).collect();
+            match flags {
+                Some(flags) if flags.len() == layers => flags,
+                _ => {
+                    return Err(ModelError::input(
+                        key,
+                        h.get("attention.recurrent_layers"),
+                        format!("must hold one bool per layer ({layers})"),
+                    ));
+                }
+            }
+        }
+        Some(other) => return Err(ModelError::input(key, other, "must be an array of bools")),
+        None => {
+            let interval = h.usize("full_attention_interval")?.unwrap_or(4).max(1);
+            (0..layers)
+                .map(|layer| (layer + 1) % interval != 0)
+                .collect()
+        }
+    };
+    let types: Vec<&str> = recurrent
+        .iter()
+        .map(|&linear| match linear {
+            true => "linear_attention",
+            false => "full_attention",
+        })
+        .collect();
+    config.insert("layer_types".into(), json!(types));
+    // Text positions turn every section alike; the sections are kept as the file says them.
+    if let Some(Value::Array(sections)) = h.get("rope.dimension_sections")
+        && let Some(rope) = config
+            .get_mut("rope_parameters")
+            .and_then(Json::as_object_mut)
+    {
+        let sections: Vec<u64> = sections.iter().filter_map(Value::as_u64).take(3).collect();
+        rope.insert("mrope_section".into(), json!(sections));
+        rope.insert("mrope_interleaved".into(), json!(true));
+    }
+    Ok(())
 }
 
 /// Llama 4's text model: what llama.cpp's `llama4` fixes in code rather than metadata. With

@@ -124,7 +124,7 @@ impl HuggingFaceConfig {
             num_layers: Option<usize>,
         }
         let layers: Layers = self.parse()?;
-        [
+        let count = [
             layers.num_hidden_layers,
             layers.n_layer,
             layers.n_layers,
@@ -132,8 +132,36 @@ impl HuggingFaceConfig {
         ]
         .into_iter()
         .flatten()
-        .next()
-        .ok_or_else(|| ModelError::config("num_hidden_layers", Value::Null, "is required"))
+        .next();
+        match (count, self.text_config()) {
+            (Some(count), _) => Ok(count),
+            // A vision-language model's layers are its text model's.
+            (None, Some(text)) => text?.num_layers(),
+            (None, None) => Err(ModelError::config(
+                "num_hidden_layers",
+                Value::Null,
+                "is required",
+            )),
+        }
+    }
+
+    /// A vision-language model's `text_config` as a config of its own, `None` when the file has
+    /// none. The top-level `tie_word_embeddings` (the task class's head) wins over the text
+    /// model's.
+    pub fn text_config(&self) -> Option<Result<Self, ModelError>> {
+        let text = self.json().get("text_config")?;
+        let Value::Object(text) = text else {
+            return Some(Err(ModelError::config(
+                "text_config",
+                text,
+                "must be an object",
+            )));
+        };
+        let mut text = text.clone();
+        if let Some(tied) = self.json().get("tie_word_embeddings") {
+            text.insert("tie_word_embeddings".into(), tied.clone());
+        }
+        Some(Self::from_json(&Value::Object(text).to_string()))
     }
 }
 

@@ -480,7 +480,8 @@ impl<'a> Loader<'a> {
         };
         let mut ignored = names.ignored.clone();
         ignored.extend(tied_copy.as_deref());
-        let unread = self.checkpoint.unread(&[String::new()], &ignored);
+        let mut unread = self.checkpoint.unread(&[String::new()], &ignored);
+        unread.retain(|name| !names.skipped.iter().any(|prefix| name.starts_with(prefix)));
         if !unread.is_empty() {
             return Err(ModelError::input(
                 "checkpoint",

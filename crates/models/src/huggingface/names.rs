@@ -39,6 +39,10 @@ pub(crate) struct TensorNames {
     /// Endings of names that hold computed buffers, not weights (`rotary_emb.inv_freq`, GPT-2's
     /// causal mask `attn.bias`): present or not, they are not read.
     pub ignored: Vec<&'static str>,
+    /// Prefixes of another model's tensors in the same checkpoint (a vision tower, a
+    /// multi-token-prediction head), which the family's task class leaves unread as transformers'
+    /// `_keys_to_ignore_on_load_unexpected` does.
+    pub skipped: Vec<&'static str>,
 }
 
 impl TensorNames {

@@ -635,3 +635,57 @@ fn sentence_embeddings_follow_the_modules_or_their_default(device: &Device) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 once!(sentence_embeddings_follow_the_modules_or_their_default);
+
+/// A released Qwen3.5 checkpoint is its vision-language model (`Qwen3_5ForConditionalGeneration`,
+/// `model_type` `qwen3_5` with a `text_config`): the text model under `model.language_model.`, a
+/// vision tower under `model.visual.` and a multi-token-prediction head under `mtp.`. Each family's
+/// reference checkpoint rewritten that way loads as its text model (the other two models' tensors
+/// not read) and gives the same logits; a tensor outside all three is still refused.
+fn vision_language_qwen3_5_checkpoints_load_as_their_text_model(device: &Device) {
+    for (family, model_type) in [("qwen3_5", "qwen3_5"), ("qwen3_5_moe", "qwen3_5_moe")] {
+        let dir = scratch_copy(family, &format!("vl-{family}"));
+        let text = from_pretrained(&dir, device).unwrap();
+        let mut tensors: Vec<_> = read_safetensors(&dir.join("model.safetensors"))
+            .into_iter()
+            .map(|(name, dtype, shape, bytes)| {
+                let name = match name.strip_prefix("model.") {
+                    Some(rest) => format!("model.language_model.{rest}"),
+                    None => name,
+                };
+                (name, dtype, shape, bytes)
+            })
+            .collect();
+        let extra = |name: &str| (name.to_owned(), "F32".to_owned(), vec![2], vec![0u8; 8]);
+        tensors.push(extra("model.visual.blocks.0.attn.qkv.weight"));
+        tensors.push(extra("mtp.fc.weight"));
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        write_safetensors(&dir.join("model.safetensors"), &tensors);
+        edit_config(&dir, |config| {
+            let mut text_config = std::mem::take(config);
+            let tied = text_config.remove("tie_word_embeddings").unwrap();
+            config.insert("model_type".into(), serde_json::json!(model_type));
+            config.insert("tie_word_embeddings".into(), tied);
+            config.insert("vision_config".into(), serde_json::json!({"depth": 1}));
+            config.insert("text_config".into(), Value::Object(text_config));
+        });
+        let vision_language = from_pretrained(&dir, device).unwrap_or_else(|e| panic!("{e}"));
+        let ids = Tensor::<2, Int>::from_data(
+            TensorData::new(
+                (0..9).map(|i| (i * 11 + 3) % 96).collect::<Vec<i64>>(),
+                [1, 9],
+            ),
+            device,
+        );
+        let want = floats(&text.forward(ids.clone(), ModelInputs::new()).into_data());
+        let got = vision_language.forward(ids, ModelInputs::new());
+        assert_close(&got.into_data(), &want, 1e-6);
+        // A tensor no model of the checkpoint has is refused by name.
+        tensors.push(extra("model.language_model.unexpected.weight"));
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        write_safetensors(&dir.join("model.safetensors"), &tensors);
+        let error = error_of(&dir, device);
+        assert!(error.contains("unexpected"), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+once!(vision_language_qwen3_5_checkpoints_load_as_their_text_model);
