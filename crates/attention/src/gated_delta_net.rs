@@ -443,18 +443,24 @@ impl GatedDeltaNet {
         // `[batch, seq, key_heads, key_dim]`, normalised, each head repeated for its value heads.
         let heads = |t: Tensor<3>| {
             let t = l2_normalize(t.reshape([batch, seq, key_heads, key_dim]));
-            t.reshape([batch, seq, key_heads, 1, key_dim])
-                .expand([batch, seq, key_heads, groups, key_dim])
-                .reshape([batch, seq, value_heads, key_dim])
-                .swap_dims(1, 2)
+            swap_seq_and_heads(
+                t.reshape([batch, seq, key_heads, 1, key_dim])
+                    .expand([batch, seq, key_heads, groups, key_dim])
+                    .reshape([batch, seq, value_heads, key_dim]),
+            )
         };
         let q = heads(mixed.clone().narrow(2, 0, keys)).mul_scalar((key_dim as f64).powf(-0.5));
         let k = heads(mixed.clone().narrow(2, keys, keys));
-        let v = mixed
-            .narrow(2, 2 * keys, value_heads * value_dim)
-            .reshape([batch, seq, value_heads, value_dim])
-            .swap_dims(1, 2);
-        let per_head = |t: Tensor<3>| t.swap_dims(1, 2);
+        let v = swap_seq_and_heads(mixed.narrow(2, 2 * keys, value_heads * value_dim).reshape([
+            batch,
+            seq,
+            value_heads,
+            value_dim,
+        ]));
+        let per_head = |t: Tensor<3>| match seq {
+            1 => t.reshape([batch, value_heads, 1]),
+            _ => t.swap_dims(1, 2),
+        };
         let step = per_head(sigmoid(linear_forward(&self.step, x.clone())));
         let rate = self.a_log.val().exp().reshape([1, 1, value_heads]);
         let a = linear_forward(&self.decay, x) + self.dt_bias.val().reshape([1, 1, value_heads]);
@@ -513,7 +519,7 @@ impl GatedDeltaNet {
     ) -> Tensor<3> {
         let config = &self.config;
         let [batch, heads, seq, value_dim] = o.dims();
-        let o = o.swap_dims(1, 2);
+        let o = swap_seq_and_heads(o);
         let normed = o.clone()
             / (o.powi_scalar(2).mean_dim(3) + config.norm_eps)
                 .sqrt()
@@ -523,6 +529,18 @@ impl GatedDeltaNet {
             .reshape([batch, seq, heads, value_dim]);
         let gated = (normed * silu(z)).reshape([batch, seq, heads * value_dim]);
         linear_forward(&self.output, gated)
+    }
+}
+
+/// `[a, b, c, d]` -> `[a, c, b, d]`; a reshape when `b` or `c` is 1 (a decoding step). Under
+/// autodiff on WGPU (Burn 0.22.1), the swap of an axis of size 1 gave a decoding step's
+/// gradients wrong by up to 1.3% where the reshape's are flex's (docs/design.md, "Gated
+/// DeltaNet").
+fn swap_seq_and_heads(t: Tensor<4>) -> Tensor<4> {
+    let [a, b, c, d] = t.dims();
+    match b == 1 || c == 1 {
+        true => t.reshape([a, c, b, d]),
+        false => t.swap_dims(1, 2),
     }
 }
 
@@ -560,7 +578,10 @@ pub(crate) fn recurrent_delta_rule(
         state = state * scalar(&decay).exp();
         let remembered = k_t.clone().matmul(state.clone());
         let delta = (v_t - remembered) * scalar(&step);
-        state = state + k_t.swap_dims(2, 3).matmul(delta);
+        // `k delta^T` as the broadcast product of the column `k` (a reshape) and the row
+        // `delta`, as transformers writes it: `swap_dims` of `k`'s axis of size 1 gave wrong
+        // key gradients under autodiff on WGPU (`swap_seq_and_heads`).
+        state = state + k_t.reshape([batch, heads, key_dim, 1]) * delta;
         outputs.push(q_t.matmul(state.clone()));
     }
     (Tensor::cat(outputs, 2), state)

@@ -407,3 +407,46 @@ fn pytorch_weights_load_where_the_layer_reads_them(device: &Device) {
     assert!(error.to_string().contains("`conv`"), "{error}");
 }
 once!(pytorch_weights_load_where_the_layer_reads_them);
+
+/// Any chunk size, any split of the tokens into calls through the cache, grouped or ungrouped
+/// value heads and any convolution width give the float64 reference's outputs.
+fn any_chunks_and_calls_give_the_reference(device: &Device) {
+    use proptest::prelude::*;
+    let cases = positional::testing::proptest_config(24);
+    proptest!(cases, |(
+        seq in 1usize..20,
+        chunk in 0usize..6,
+        heads in 0usize..3,
+        kernel in 1usize..5,
+        cuts in proptest::collection::vec(0.0f64..1.0, 0..3),
+        seed in any::<u64>(),
+    )| {
+        device.seed(seed);
+        let (key_heads, value_heads) = [(2, 4), (2, 2), (1, 3)][heads];
+        let mut layer = GatedDeltaNetConfig::new(12, key_heads, value_heads, 4, 3)
+            .with_conv_kernel(kernel)
+            .with_chunk([1, 2, 4, 8, 16, 64][chunk])
+            .init(device);
+        layer.a_log = Param::from_tensor(Tensor::random(
+            [value_heads],
+            Distribution::Normal(-1.0, 0.5),
+            device,
+        ));
+        let x = random([1, seq, 12], device);
+        let want = flat(&[reference(&layer, &rows_of(&x, 0), &vec![false; seq])]);
+        let mut bounds: Vec<usize> = cuts.iter().map(|c| (c * seq as f64) as usize).collect();
+        bounds.extend([0, seq]);
+        bounds.sort();
+        bounds.dedup();
+        let mut cache = KvCache::new();
+        let pieces: Vec<_> = bounds
+            .windows(2)
+            .map(|w| layer.forward_cached(x.clone().narrow(1, w[0], w[1] - w[0]), None, &mut cache))
+            .collect();
+        let got = floats(&Tensor::cat(pieces, 1).into_data());
+        for (g, w) in got.iter().zip(&want) {
+            prop_assert!((g - w).abs() < 1e-4, "{g} vs {w} (calls {bounds:?})");
+        }
+    });
+}
+once!(any_chunks_and_calls_give_the_reference);

@@ -50,13 +50,29 @@ struct Qwen35Config {
     hidden_act: String,
 }
 
-/// `Qwen3_5MoeTextConfig`'s expert fields.
+/// `Qwen3_5MoeTextConfig`'s expert fields, with its defaults.
 #[derive(Debug, Deserialize)]
 struct Qwen35MoeConfig {
+    #[serde(default = "two_hundred_fifty_six")]
     num_experts: usize,
+    #[serde(default = "eight")]
     num_experts_per_tok: usize,
+    #[serde(default = "five_hundred_twelve")]
     moe_intermediate_size: usize,
+    #[serde(default = "five_hundred_twelve")]
     shared_expert_intermediate_size: usize,
+}
+
+fn eight() -> usize {
+    8
+}
+
+fn two_hundred_fifty_six() -> usize {
+    256
+}
+
+fn five_hundred_twelve() -> usize {
+    512
 }
 
 fn sixteen() -> usize {
@@ -137,12 +153,13 @@ fn read(
 ) -> Result<TransformerConfig, ModelError> {
     let config: Qwen35Config = file.parse()?;
     let types = layer_types(&config)?;
-    if config.hidden_act != "silu" {
-        // The convolution's activation is `hidden_act` too; transformers' kernels take SiLU.
+    if !matches!(config.hidden_act.as_str(), "silu" | "swish") {
+        // The convolution's activation is `hidden_act` too, which this crate's Gated DeltaNet
+        // computes as SiLU (as the FLA and causal-conv1d kernels transformers calls require).
         return Err(ModelError::config(
             "hidden_act",
             &config.hidden_act,
-            "must be silu (the Gated DeltaNet convolution's activation)",
+            "must be silu or swish (the Gated DeltaNet convolution's activation)",
         ));
     }
     // Llama reads every layer as full attention (the linear ones are replaced below), with
