@@ -251,6 +251,18 @@ pub(crate) struct DeltaInputs {
     pub step: Tensor<3>,
 }
 
+impl DeltaInputs {
+    /// `state`, or the zero state `[batch, heads, key_dim, value_dim]` of a first call.
+    fn state_or_zeros(&self, state: Option<Tensor<4>>) -> Tensor<4> {
+        state.unwrap_or_else(|| {
+            let [batch, heads, _, key_dim] = self.q.dims();
+            let value_dim = self.v.dims()[3];
+            Tensor::<4>::zeros([batch, heads, key_dim, value_dim], &self.q.device())
+                .cast(self.q.dtype())
+        })
+    }
+}
+
 impl GatedDeltaNet {
     /// The configuration this layer was built from.
     pub fn config(&self) -> &GatedDeltaNetConfig {
@@ -397,7 +409,9 @@ impl GatedDeltaNet {
                 ),
             ));
         }
-        let (inputs, conv) = self.delta_inputs(x.clone(), padding_mask.as_ref(), previous.as_ref());
+        // The pads zeroed once, for the projections of both the delta rule and the gate.
+        let x = Self::unpadded(x, padding_mask.as_ref());
+        let (inputs, conv) = self.delta_inputs(x.clone(), previous.as_ref());
         let state = previous.map(|previous| previous.state);
         let (o, state) = match seq {
             1 => recurrent_delta_rule(inputs, state),
@@ -406,7 +420,7 @@ impl GatedDeltaNet {
         if let Some(cache) = cache {
             cache.advance_recurrent(seq, padding_mask.as_ref(), RecurrentState { conv, state })?;
         }
-        Ok(self.gated_output(o, x, padding_mask.as_ref()))
+        Ok(self.gated_output(o, x))
     }
 
     /// The layer's input with its pads zeroed (`[batch, seq, d_model]`).
@@ -420,17 +434,15 @@ impl GatedDeltaNet {
         }
     }
 
-    /// Steps 1 and 2 and the gates of step 3 (module docs), and the convolution's last inputs
-    /// after this call.
+    /// Steps 1 and 2 and the gates of step 3 (module docs) of `x` (its pads zeroed), and the
+    /// convolution's last inputs after this call.
     pub(crate) fn delta_inputs(
         &self,
         x: Tensor<3>,
-        padding: Option<&Tensor<2, Bool>>,
         previous: Option<&RecurrentState>,
     ) -> (DeltaInputs, Option<Tensor<3>>) {
         let config = &self.config;
         let [batch, seq, _] = x.dims();
-        let x = Self::unpadded(x, padding);
         let (key_heads, value_heads) = (config.key_heads, config.value_heads);
         let (key_dim, value_dim) = (config.key_dim, config.value_dim);
         let (mixed, conv) = self.convolve(
@@ -510,13 +522,8 @@ impl GatedDeltaNet {
     }
 
     /// Step 4: `o` `[batch, value_heads, seq, value_dim]` normed per head, gated by
-    /// `SiLU(in_proj_z x)`, projected out.
-    fn gated_output(
-        &self,
-        o: Tensor<4>,
-        x: Tensor<3>,
-        padding: Option<&Tensor<2, Bool>>,
-    ) -> Tensor<3> {
+    /// `SiLU(in_proj_z x)` (`x` with its pads zeroed), projected out.
+    fn gated_output(&self, o: Tensor<4>, x: Tensor<3>) -> Tensor<3> {
         let config = &self.config;
         let [batch, heads, seq, value_dim] = o.dims();
         let o = swap_seq_and_heads(o);
@@ -525,8 +532,7 @@ impl GatedDeltaNet {
                 .sqrt()
                 .expand([batch, seq, heads, value_dim]);
         let normed = normed * self.norm.val().reshape([1, 1, 1, value_dim]);
-        let z = linear_forward(&self.gate, Self::unpadded(x, padding))
-            .reshape([batch, seq, heads, value_dim]);
+        let z = linear_forward(&self.gate, x).reshape([batch, seq, heads, value_dim]);
         let gated = (normed * silu(z)).reshape([batch, seq, heads * value_dim]);
         linear_forward(&self.output, gated)
     }
@@ -558,6 +564,7 @@ pub(crate) fn recurrent_delta_rule(
     inputs: DeltaInputs,
     state: Option<Tensor<4>>,
 ) -> (Tensor<4>, Tensor<4>) {
+    let mut state = inputs.state_or_zeros(state);
     let DeltaInputs {
         q,
         k,
@@ -566,16 +573,14 @@ pub(crate) fn recurrent_delta_rule(
         step,
     } = inputs;
     let [batch, heads, seq, key_dim] = q.dims();
-    let value_dim = v.dims()[3];
-    let mut state = state.unwrap_or_else(|| {
-        Tensor::<4>::zeros([batch, heads, key_dim, value_dim], &q.device()).cast(q.dtype())
-    });
+    // `e^g` of every token at once.
+    let kept = decay.exp();
     let mut outputs = Vec::with_capacity(seq);
     for t in 0..seq {
         let at = |x: &Tensor<4>| x.clone().narrow(2, t, 1);
         let scalar = |x: &Tensor<3>| x.clone().narrow(2, t, 1).reshape([batch, heads, 1, 1]);
         let (q_t, k_t, v_t) = (at(&q), at(&k), at(&v));
-        state = state * scalar(&decay).exp();
+        state = state * scalar(&kept);
         let remembered = k_t.clone().matmul(state.clone());
         let delta = (v_t - remembered) * scalar(&step);
         // `k delta^T` as the broadcast product of the column `k` (a reshape) and the row
@@ -596,6 +601,7 @@ pub(crate) fn chunked_delta_rule(
     state: Option<Tensor<4>>,
     chunk: usize,
 ) -> (Tensor<4>, Tensor<4>) {
+    let mut state = inputs.state_or_zeros(state);
     let DeltaInputs {
         q,
         k,
@@ -603,8 +609,7 @@ pub(crate) fn chunked_delta_rule(
         decay,
         step,
     } = inputs;
-    let [batch, heads, seq, key_dim] = q.dims();
-    let value_dim = v.dims()[3];
+    let [batch, heads, seq, _] = q.dims();
     let device = q.device();
     let dtype = q.dtype();
     // A chunk no longer than the prompt needs (a power of two, for the inverse's halving).
@@ -665,9 +670,6 @@ pub(crate) fn chunked_delta_rule(
             .exp()
             .unsqueeze_dim::<5>(4);
     let carried = last.exp();
-    let mut state = state.unwrap_or_else(|| {
-        Tensor::<4>::zeros([batch, heads, key_dim, value_dim], &device).cast(dtype)
-    });
     let mut outputs = Vec::with_capacity(chunks);
     for i in 0..chunks {
         let at = |x: &Tensor<5>| {

@@ -132,21 +132,12 @@ impl SelfAttentionConfig {
 
     /// Floats a token takes in this layer's cache: keys and values, or latent attention's latent
     /// and RoPE key; none for Gated DeltaNet, whose state does not grow
-    /// ([`cached_floats_per_row`](Self::cached_floats_per_row)).
+    /// ([`GatedDeltaNetConfig::state_floats`] per batch row).
     pub fn cached_floats_per_token(&self) -> usize {
         match self {
             Self::MultiHead(config) => 2 * config.kv_heads() * config.head_dim(),
             Self::Latent(config) => config.cached_floats_per_token(),
             Self::GatedDeltaNet(_) => 0,
-        }
-    }
-
-    /// Floats a batch row takes in this layer's cache whatever its length: Gated DeltaNet's
-    /// state; none for attention.
-    pub fn cached_floats_per_row(&self) -> usize {
-        match self {
-            Self::MultiHead(_) | Self::Latent(_) => 0,
-            Self::GatedDeltaNet(config) => config.state_floats(),
         }
     }
 

@@ -71,7 +71,7 @@ struct DeepseekV3Config {
     routed_scaling_factor: f64,
     #[serde(default = "three")]
     first_k_dense_replace: usize,
-    #[serde(default = "silu")]
+    #[serde(default = "default::silu")]
     hidden_act: String,
 }
 
@@ -101,9 +101,6 @@ fn three() -> usize {
 }
 fn scaling_2_5() -> f64 {
     2.5
-}
-fn silu() -> String {
-    "silu".into()
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {

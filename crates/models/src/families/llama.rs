@@ -32,7 +32,7 @@ pub(super) struct LlamaConfig {
     pub head_dim: Option<usize>,
     #[serde(default = "default::eps_1e_6")]
     pub rms_norm_eps: f64,
-    #[serde(default = "silu")]
+    #[serde(default = "default::silu")]
     pub hidden_act: String,
     /// Biases on all four projections.
     #[serde(default)]
@@ -55,10 +55,6 @@ pub(super) struct LlamaConfig {
     pub layer_types: Option<Vec<String>>,
     /// The chunk of `chunked_attention` layers (Llama 4).
     pub attention_chunk_size: Option<usize>,
-}
-
-fn silu() -> String {
-    "silu".into()
 }
 
 /// Llama read from its config, before it becomes a [`TransformerConfig`]: what its variants

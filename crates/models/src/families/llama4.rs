@@ -57,7 +57,7 @@ struct Llama4Config {
     rms_norm_eps: f64,
     #[serde(default = "chunk")]
     attention_chunk_size: usize,
-    #[serde(default = "silu")]
+    #[serde(default = "default::silu")]
     hidden_act: String,
 }
 
@@ -75,9 +75,6 @@ fn attn_scale() -> f64 {
 }
 fn chunk() -> usize {
     8192
-}
-fn silu() -> String {
-    "silu".into()
 }
 
 pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig, ModelError> {

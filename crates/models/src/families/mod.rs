@@ -255,4 +255,7 @@ mod default {
     pub fn eps_1e_6() -> f64 {
         1e-6
     }
+    pub fn silu() -> String {
+        "silu".into()
+    }
 }

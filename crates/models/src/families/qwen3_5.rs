@@ -46,7 +46,7 @@ struct Qwen35Config {
     linear_value_head_dim: usize,
     #[serde(default = "default::four")]
     linear_conv_kernel_dim: usize,
-    #[serde(default = "silu")]
+    #[serde(default = "default::silu")]
     hidden_act: String,
 }
 
@@ -85,10 +85,6 @@ fn thirty_two() -> usize {
 
 fn one_hundred_twenty_eight() -> usize {
     128
-}
-
-fn silu() -> String {
-    "silu".into()
 }
 
 const LINEAR: &str = "linear_attention";

@@ -560,30 +560,8 @@ fn qwen35_layers(h: &Hparams, config: &mut Map<String, Json>) -> Result<(), Mode
     ] {
         config.insert(field.into(), json!(value));
     }
-    let layers = h.required("block_count")?;
-    let key = h.key("attention.recurrent_layers");
-    let recurrent: Vec<bool> = match h.get("attention.recurrent_layers") {
-        Some(Value::Array(flags)) => {
-            let flags: Option<Vec<bool>> = flags.iter().map(Value::as_bool).collect();
-            match flags {
-                Some(flags) if flags.len() == layers => flags,
-                _ => {
-                    return Err(ModelError::input(
-                        key,
-                        h.get("attention.recurrent_layers"),
-                        format!("must hold one bool per layer ({layers})"),
-                    ));
-                }
-            }
-        }
-        Some(other) => return Err(ModelError::input(key, other, "must be an array of bools")),
-        None => {
-            let interval = h.usize("full_attention_interval")?.unwrap_or(4).max(1);
-            (0..layers)
-                .map(|layer| (layer + 1) % interval != 0)
-                .collect()
-        }
-    };
+    let interval = h.usize("full_attention_interval")?.unwrap_or(4).max(1);
+    let recurrent = layer_flags(h, "attention.recurrent_layers", interval)?;
     let types: Vec<&str> = recurrent
         .iter()
         .map(|&linear| match linear {
@@ -755,25 +733,7 @@ fn layer_types(
     config: &mut Map<String, Json>,
     period: usize,
 ) -> Result<(), ModelError> {
-    let layers = h.required("block_count")?;
-    let key = h.key("attention.sliding_window_pattern");
-    let sliding: Vec<bool> = match h.get("attention.sliding_window_pattern") {
-        Some(Value::Array(pattern)) => {
-            let flags: Option<Vec<bool>> = pattern.iter().map(Value::as_bool).collect();
-            match flags {
-                Some(flags) if flags.len() == layers => flags,
-                _ => {
-                    return Err(ModelError::input(
-                        key,
-                        pattern.len(),
-                        format!("must hold one bool per layer ({layers})"),
-                    ));
-                }
-            }
-        }
-        Some(other) => return Err(ModelError::input(key, other, "must be an array of bools")),
-        None => (0..layers).map(|layer| (layer + 1) % period != 0).collect(),
-    };
+    let sliding = layer_flags(h, "attention.sliding_window_pattern", period)?;
     let types: Vec<&str> = sliding
         .iter()
         .map(|&s| match s {
@@ -783,6 +743,31 @@ fn layer_types(
         .collect();
     config.insert("layer_types".into(), json!(types));
     Ok(())
+}
+
+/// One bool per layer from the array `{arch}.{suffix}` when the file has it, else true but on
+/// every `period`-th layer: which layers are of a family's other type (sliding, recurrent).
+fn layer_flags(h: &Hparams, suffix: &str, period: usize) -> Result<Vec<bool>, ModelError> {
+    let layers = h.required("block_count")?;
+    match h.get(suffix) {
+        Some(Value::Array(pattern)) => {
+            let flags: Option<Vec<bool>> = pattern.iter().map(Value::as_bool).collect();
+            match flags {
+                Some(flags) if flags.len() == layers => Ok(flags),
+                _ => Err(ModelError::input(
+                    h.key(suffix),
+                    pattern.len(),
+                    format!("must hold one bool per layer ({layers})"),
+                )),
+            }
+        }
+        Some(other) => Err(ModelError::input(
+            h.key(suffix),
+            other,
+            "must be an array of bools",
+        )),
+        None => Ok((0..layers).map(|layer| (layer + 1) % period != 0).collect()),
+    }
 }
 
 /// GPT-2: learned positions up to `context_length`.
