@@ -462,10 +462,12 @@ impl Study<'_> {
         let device = model.embedding.weight.device();
         let ids = &haystack.ids[..longest];
         let mut caches = model.new_caches();
-        let recurrent = model
-            .blocks
-            .iter()
-            .any(|block| block.attention.gated_delta_net().is_some());
+        // A Gated DeltaNet state cannot go back, nor can a sliding window's dropped keys.
+        let cannot_truncate = model.blocks.iter().any(|block| {
+            let window = (block.attention.multi_head())
+                .is_some_and(|attention| attention.config().sliding_window.is_some());
+            window || block.attention.gated_delta_net().is_some()
+        });
         let longest_question = haystack
             .needles
             .iter()
@@ -527,9 +529,9 @@ impl Study<'_> {
             for (&depth, &needle) in settings.depths.iter().zip(&haystack.questions[index]) {
                 let needle = &haystack.needles[needle];
                 // A question is forgotten by truncating the caches back to the haystack; a Gated
-                // DeltaNet layer's state cannot go back, so those models ask a copy (the copy of
-                // a tensor is shared until written).
-                if recurrent {
+                // DeltaNet layer's state cannot go back, nor a sliding window's dropped keys, so
+                // those models ask a copy (the copy of a tensor is shared until written).
+                if cannot_truncate {
                     let mut asked = caches.clone();
                     passkeys.push(ask(model, tokenizer, needle, depth, &mut asked, &tensor)?);
                     continue;

@@ -15,8 +15,8 @@ use positional::{
     RotaryEncodingConfig, Xpos, unallocatable,
 };
 
-use crate::cache::{CachedKeys, KvCache};
-use crate::config::{MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
+use crate::cache::{CachedKeys, KvCache, SharedKeys};
+use crate::config::{KeyValues, MultiHeadAttentionConfig, PositionalScheme, QkNormConfig};
 use crate::error::{AttentionError, or_panic};
 use crate::kernels::alibi_attention;
 use crate::kernels::chunk_attention;
@@ -35,10 +35,12 @@ use crate::relative_xl::RelativeXl;
 pub struct MultiHeadAttention {
     /// `d_model -> n_heads * head_dim`.
     pub query: Linear,
-    /// `d_model -> n_kv_heads * head_dim`.
-    pub key: Linear,
-    /// `d_model -> n_kv_heads * head_dim`.
-    pub value: Linear,
+    /// `d_model -> n_kv_heads * head_dim`; none on a layer that reads another's keys
+    /// ([`KeyValues::Shared`]).
+    pub key: Option<Linear>,
+    /// `d_model -> n_kv_heads * head_dim`; none where the values are the key projection's
+    /// ([`KeyValues::FromKeyProjection`]) or another layer's.
+    pub value: Option<Linear>,
     /// `n_heads * head_dim -> d_model`.
     pub output: Linear,
     /// `d_model -> n_heads * head_dim`, the output gate before its sigmoid, when configured.
@@ -263,7 +265,9 @@ impl MultiHeadAttention {
         x: Tensor<3>,
         inputs: impl Into<AttentionInputs>,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, inputs.into(), None)
+        Ok(self
+            .attend(x, inputs.into(), KeySource::Own(None), false)?
+            .0)
     }
 
     /// Panicking form of [`try_forward`](Self::try_forward).
@@ -286,7 +290,43 @@ impl MultiHeadAttention {
         inputs: impl Into<AttentionInputs>,
         cache: &mut KvCache,
     ) -> Result<Tensor<3>, AttentionError> {
-        self.attend(x, inputs.into(), Some(cache))
+        Ok(self
+            .attend(x, inputs.into(), KeySource::Own(Some(cache)), false)?
+            .0)
+    }
+
+    /// [`try_forward`](Self::try_forward) (`cache` `None`) or
+    /// [`try_forward_cached`](Self::try_forward_cached), also returning the keys and values this
+    /// call attended over (the cache's and the new ones), for later layers that read them
+    /// instead of their own ([`KeyValues::Shared`], Gemma 4's KV sharing). Drop them before the
+    /// next call: the cache writes its next keys in place while no one else holds its storage.
+    pub fn try_forward_sharing(
+        &self,
+        x: Tensor<3>,
+        inputs: impl Into<AttentionInputs>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<(Tensor<3>, SharedKeys), AttentionError> {
+        let (y, keys) = self.attend(x, inputs.into(), KeySource::Own(cache), true)?;
+        Ok((y, keys.expect("asked for")))
+    }
+
+    /// Attention of `x`'s queries over `keys`, another layer's keys and values of the same call
+    /// ([`try_forward_sharing`](Self::try_forward_sharing)): a layer with
+    /// [`KeyValues::Shared`]. The queries sit where that layer's did (after what its cache held),
+    /// and this layer's window, chunk and mask apply to them.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq, d_model]`, the same `batch` and `seq` as the call that gave `keys`
+    /// - output: `[batch, seq, d_model]`
+    pub fn try_forward_shared(
+        &self,
+        x: Tensor<3>,
+        inputs: impl Into<AttentionInputs>,
+        keys: &SharedKeys,
+    ) -> Result<Tensor<3>, AttentionError> {
+        Ok(self
+            .attend(x, inputs.into(), KeySource::Shared(keys), false)?
+            .0)
     }
 
     /// Panicking form of [`try_forward_cached`](Self::try_forward_cached).
@@ -323,7 +363,12 @@ impl MultiHeadAttention {
         inputs: impl Into<AttentionInputs>,
     ) -> Result<(Tensor<3>, Tensor<3>), AttentionError> {
         let mut cache = self.memory_cache(&x, mems.clone())?;
-        let y = self.attend(x.clone(), inputs.into(), Some(&mut cache))?;
+        let (y, _) = self.attend(
+            x.clone(),
+            inputs.into(),
+            KeySource::Own(Some(&mut cache)),
+            false,
+        )?;
         let inputs = match mems {
             Some(mems) => Tensor::cat(vec![mems, x], 1),
             None => x,
@@ -367,7 +412,7 @@ impl MultiHeadAttention {
         let seq = x.dims()[1];
         let heads = self.config.n_heads;
         let q = self.queries(x.clone());
-        let (k, v) = self.keys_and_values(x);
+        let (k, v) = self.keys_and_values(x)?;
         let keys = cache.append(k, v, None, None, None)?;
         let (k, _) = keys.held_keys_and_values();
         let k_len = k.dims()[2];
@@ -454,7 +499,7 @@ impl MultiHeadAttention {
             ));
         }
         if mem > 0 {
-            let (k, v) = self.keys_and_values(mems);
+            let (k, v) = self.keys_and_values(mems)?;
             cache.append(k, v, None, None, None)?;
         }
         Ok(cache)
@@ -475,25 +520,52 @@ impl MultiHeadAttention {
     }
 
     /// Keys and values of `x` `[batch, len, d_model]`, `[batch, kv_heads, len, head_dim]` each,
-    /// QK-normed where configured, not turned by any position.
-    fn keys_and_values(&self, x: Tensor<3>) -> (Tensor<4>, Tensor<4>) {
+    /// QK-normed (and value-normed) where configured, not turned by any position.
+    fn keys_and_values(&self, x: Tensor<3>) -> Result<(Tensor<4>, Tensor<4>), AttentionError> {
         let [batch, len, _] = x.dims();
         let (kv_heads, head_dim) = (self.config.kv_heads(), self.config.head_dim());
         let split = |t: Tensor<3>| t.reshape([batch, len, kv_heads, head_dim]).swap_dims(1, 2);
-        let k = split(linear_forward(&self.key, x.clone()));
+        let Some(key) = &self.key else {
+            return Err(shared_refused());
+        };
+        let k = split(linear_forward(key, x.clone()));
+        let v = match &self.value {
+            Some(value) => split(linear_forward(value, x)),
+            // Gemma 4's `attention_k_eq_v`: the values are the keys before their norm.
+            None => k.clone(),
+        };
         let k = match &self.key_norm {
             Some(norm) => norm.forward(k),
             None => k,
         };
-        (k, split(linear_forward(&self.value, x)))
+        let v = match self.config.value_norm {
+            Some(eps) => {
+                let mean_square = v.clone().powi_scalar(2).mean_dim(3);
+                v * (mean_square + eps).sqrt().recip()
+            }
+            None => v,
+        };
+        Ok((k, v))
     }
 
     fn attend(
         &self,
         x: Tensor<3>,
         inputs: AttentionInputs,
-        cache: Option<&mut KvCache>,
-    ) -> Result<Tensor<3>, AttentionError> {
+        source: KeySource,
+        keep: bool,
+    ) -> Result<(Tensor<3>, Option<SharedKeys>), AttentionError> {
+        let shared = self.config.key_values == KeyValues::Shared;
+        if shared != matches!(source, KeySource::Shared(_)) {
+            return Err(match shared {
+                true => shared_refused(),
+                false => AttentionError::config(
+                    "key_values",
+                    format!("{:?}", self.config.key_values),
+                    "projects its own keys and values: call try_forward or try_forward_cached",
+                ),
+            });
+        }
         let AttentionInputs {
             padding_mask,
             positions,
@@ -552,7 +624,10 @@ impl MultiHeadAttention {
                 format!("must be [batch, seq] = [{batch}, {seq}]"),
             ));
         }
-        let past = cache.as_ref().map_or(0, |cache| cache.len());
+        let past = match &source {
+            KeySource::Own(cache) => cache.as_ref().map_or(0, |cache| cache.len()),
+            KeySource::Shared(keys) => keys.past,
+        };
         let device = self.query.weight.device();
         // Multi-axis positions are the multi-axis RoPE's alone: masks, the cache and every bias
         // count token indices. Any other scheme refuses them by name below.
@@ -582,10 +657,37 @@ impl MultiHeadAttention {
         let (heads, head_dim) = (self.config.n_heads, self.config.head_dim());
         let gate = (self.output_gate.as_ref()).map(|gate| sigmoid(linear_forward(gate, x.clone())));
         let q = self.queries(x.clone());
-        let (k, v) = self.keys_and_values(x);
+        let (k, v) = match &source {
+            KeySource::Own(_) => {
+                let (k, v) = self.keys_and_values(x)?;
+                (Some(k), Some(v))
+            }
+            KeySource::Shared(keys) => {
+                let [key_batch, key_heads, _, key_dim] = keys.keys.keys.dims();
+                let want = [batch, self.config.kv_heads(), head_dim];
+                if [key_batch, key_heads, key_dim] != want || keys.seq != seq {
+                    return Err(AttentionError::input(
+                        "keys",
+                        format!(
+                            "[{key_batch}, {key_heads}, _, {key_dim}] of {} tokens",
+                            keys.seq
+                        ),
+                        format!(
+                            "must be [batch, n_kv_heads, _, head_dim] = [{batch}, {}, _, \
+                             {head_dim}] of this call's {seq} tokens",
+                            want[1]
+                        ),
+                    ));
+                }
+                (None, None)
+            }
+        };
 
         // Checked before the cache changes: the keys are the kept ones and the new ones.
-        let k_len = cache.as_ref().map_or(0, |cache| cache.kept()) + seq;
+        let k_len = match &source {
+            KeySource::Own(cache) => cache.as_ref().map_or(0, |cache| cache.kept()) + seq,
+            KeySource::Shared(keys) => keys.keys.held.len(),
+        };
         for ((_, dims_name), bias) in biases {
             let Some(bias) = bias else { continue };
             let [bias_batch, bias_heads, bias_q, bias_k] = bias.dims();
@@ -602,7 +704,16 @@ impl MultiHeadAttention {
                 ));
             }
         }
-        let (q, k) = self.rotate(q, k, rotary_angles, &positions, axis_positions, past)?;
+        let (q, k) = match k {
+            Some(k) => {
+                let (q, k) = self.rotate(q, k, rotary_angles, &positions, axis_positions, past)?;
+                (q, Some(k))
+            }
+            None => (
+                self.rotate_queries(q, rotary_angles, &positions, past)?,
+                None,
+            ),
+        };
         let q = match (&self.config.temperature_tuning, &positions) {
             (Some(tuning), Some(positions)) => {
                 let scales = tuning.scales_at(positions.clone()).cast(q.dtype());
@@ -618,16 +729,25 @@ impl MultiHeadAttention {
             }
             (None, _) => q,
         };
-        let keys = match cache {
-            Some(cache) => cache.append(
+        let keys = match (source, k, v) {
+            (KeySource::Own(Some(cache)), Some(k), Some(v)) => cache.append(
                 k,
                 v,
                 padding_mask,
                 positions.clone(),
                 self.config.sliding_window,
             )?,
-            None => CachedKeys::whole(k, v, padding_mask, positions.clone()),
+            (KeySource::Own(None), Some(k), Some(v)) => {
+                CachedKeys::whole(k, v, padding_mask, positions.clone())
+            }
+            (KeySource::Shared(keys), ..) => keys.keys.clone(),
+            _ => unreachable!("keys and values are projected exactly for a layer's own"),
         };
+        let kept = keep.then(|| SharedKeys {
+            keys: keys.clone(),
+            past,
+            seq,
+        });
         let context = self.attention(q, keys, positions, bias, alibi_bias, past)?;
         let context = context
             .swap_dims(1, 2)
@@ -636,7 +756,31 @@ impl MultiHeadAttention {
             Some(gate) => context * gate,
             None => context,
         };
-        Ok(linear_forward(&self.output, context))
+        Ok((linear_forward(&self.output, context), kept))
+    }
+
+    /// Queries turned by RoPE at `positions` (token indices `past ..` without them), for a layer
+    /// over another's keys, which arrive turned.
+    fn rotate_queries(
+        &self,
+        q: Tensor<4>,
+        rotary_angles: Option<RotaryAngles>,
+        positions: &Option<Tensor<2, Int>>,
+        past: usize,
+    ) -> Result<Tensor<4>, AttentionError> {
+        let Some(rope) = &self.rope else {
+            return Ok(q);
+        };
+        let angles = match rotary_angles {
+            Some(angles) => angles,
+            None => {
+                let at = positions
+                    .clone()
+                    .map_or(Positions::Start(past), Positions::Ids);
+                rope.try_angles(at, q.dims()[2])?
+            }
+        };
+        Ok(angles.try_apply(q)?)
     }
 
     /// Queries and keys turned by the rotating scheme (RoPE, xPos, multi-axis RoPE) at
@@ -1172,19 +1316,58 @@ impl MultiHeadAttention {
     /// Replaces the projections with PyTorch `nn.Linear` weights (`[out, in]`), e.g. a
     /// checkpoint's `q_proj`, `k_proj`, `v_proj`, `o_proj`.
     pub fn try_with_pytorch_weights(
-        mut self,
+        self,
         query: LinearWeights,
         key: LinearWeights,
         value: LinearWeights,
+        output: LinearWeights,
+    ) -> Result<Self, AttentionError> {
+        self.try_with_pytorch_projections(query, Some(key), Some(value), output)
+    }
+
+    /// [`try_with_pytorch_weights`](Self::try_with_pytorch_weights) for every
+    /// [`KeyValues`]: the key projection exactly when the layer has its own keys, the value
+    /// projection exactly when it has one of its own ([`KeyValues::Projected`]).
+    pub fn try_with_pytorch_projections(
+        mut self,
+        query: LinearWeights,
+        key: Option<LinearWeights>,
+        value: Option<LinearWeights>,
         output: LinearWeights,
     ) -> Result<Self, AttentionError> {
         let config = &self.config;
         let d_model = config.d_model;
         let q_width = config.n_heads * config.head_dim();
         let kv_width = config.kv_heads() * config.head_dim();
+        let (has_key, has_value) = match config.key_values {
+            KeyValues::Projected => (true, true),
+            KeyValues::FromKeyProjection => (true, false),
+            KeyValues::Shared => (false, false),
+        };
+        for (name, given, wanted) in [
+            ("key", key.is_some(), has_key),
+            ("value", value.is_some(), has_value),
+        ] {
+            if given != wanted {
+                return Err(AttentionError::input(
+                    name,
+                    given,
+                    format!(
+                        "must be given exactly when the layer has its own {name} projection \
+                         ({wanted} with key_values {:?})",
+                        config.key_values
+                    ),
+                ));
+            }
+        }
+        let projection = |weights: Option<LinearWeights>, name, bias| {
+            weights
+                .map(|weights| load_linear(weights, name, [kv_width, d_model], bias))
+                .transpose()
+        };
         self.query = load_linear(query, "query", [q_width, d_model], config.query_bias)?;
-        self.key = load_linear(key, "key", [kv_width, d_model], config.key_bias)?;
-        self.value = load_linear(value, "value", [kv_width, d_model], config.value_bias)?;
+        self.key = projection(key, "key", config.key_bias)?;
+        self.value = projection(value, "value", config.value_bias)?;
         self.output = load_linear(output, "output", [d_model, q_width], config.output_bias)?;
         Ok(self)
     }
@@ -1252,6 +1435,23 @@ pub(crate) fn load_linear(
 
 /// `[batch, kv_heads, len, head_dim]` -> `[batch, kv_heads * groups, len, head_dim]`, each
 /// key/value head repeated for the `groups` query heads that share it.
+/// Where a call's keys and values come from.
+enum KeySource<'a> {
+    /// The layer's own projections, through its cache when given.
+    Own(Option<&'a mut KvCache>),
+    /// Another layer's, of the same call.
+    Shared(&'a SharedKeys),
+}
+
+/// The error of a layer over another's keys called as one with its own.
+fn shared_refused() -> AttentionError {
+    AttentionError::config(
+        "key_values",
+        "Shared",
+        "reads another layer's keys and values: call try_forward_shared with them",
+    )
+}
+
 fn repeat_kv(x: Tensor<4>, groups: usize) -> Tensor<4> {
     if groups == 1 {
         return x;

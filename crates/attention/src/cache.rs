@@ -52,6 +52,9 @@ pub struct KvCache {
     reserved: usize,
     /// A Gated DeltaNet layer's state, in place of keys and values.
     recurrent: Option<RecurrentState>,
+    /// Whether the layer reads another layer's keys ([`advance_shared`](Self::advance_shared)):
+    /// the cache only counts tokens.
+    counts_only: bool,
 }
 
 /// What a Gated DeltaNet layer carries from one call to the next.
@@ -65,6 +68,7 @@ pub(crate) struct RecurrentState {
 }
 
 /// What attention reads after an append: every kept key, the new ones included.
+#[derive(Debug, Clone)]
 pub(crate) struct CachedKeys {
     /// `[batch, kv_heads, rows, head_dim]`: the keys are rows `held` of it. The cache hands over
     /// its storage whole, because a narrowed view of it is a copy on ndarray (burn-ndarray
@@ -81,6 +85,20 @@ pub(crate) struct CachedKeys {
     pub positions: Option<Tensor<2, Int>>,
     /// The token index of the first key.
     pub first_index: usize,
+}
+
+/// The keys and values one attention layer attended over in a call (its cache's and the call's
+/// own), for later layers of the same call that read them instead of projecting their own
+/// (Gemma 4's KV sharing): from
+/// [`try_forward_sharing`](crate::MultiHeadAttention::try_forward_sharing), for
+/// [`try_forward_shared`](crate::MultiHeadAttention::try_forward_shared).
+#[derive(Debug, Clone)]
+pub struct SharedKeys {
+    pub(crate) keys: CachedKeys,
+    /// The tokens the cache had seen before the call: the index of the call's first query.
+    pub(crate) past: usize,
+    /// The call's new tokens.
+    pub(crate) seq: usize,
 }
 
 impl CachedKeys {
@@ -192,6 +210,10 @@ impl KvCache {
         }
         if len == 0 {
             self.reset();
+            return Ok(());
+        }
+        if self.counts_only {
+            self.dropped = len;
             return Ok(());
         }
         if self.recurrent.is_some() {
@@ -308,6 +330,13 @@ impl KvCache {
                 "a Gated DeltaNet layer's",
                 "must be an attention layer's own: this cache holds a linear-attention state, \
                  not keys",
+            ));
+        }
+        if self.counts_only {
+            return Err(AttentionError::input(
+                "cache",
+                "a layer's that reads another's keys",
+                "must be an attention layer's own: this cache only counts tokens",
             ));
         }
         let [batch, kv_heads, new, head_dim] = keys.dims();
@@ -475,6 +504,24 @@ impl KvCache {
             AttentionError::input("x.dims()[1]", new, "overflows the cache's length")
         })?;
         self.recurrent = Some(state);
+        Ok(())
+    }
+
+    /// Records a call of `new` tokens of a layer that reads another layer's keys and values
+    /// ([`KeyValues::Shared`](crate::KeyValues::Shared)): the tokens count as seen, and nothing
+    /// is held (the other layer's cache holds them).
+    pub fn advance_shared(&mut self, new: usize) -> Result<(), AttentionError> {
+        if self.keys.is_some() || self.recurrent.is_some() {
+            return Err(AttentionError::input(
+                "cache",
+                "a layer's own",
+                "must be the cache of a layer that reads another's keys: this one holds state",
+            ));
+        }
+        self.counts_only = true;
+        self.dropped = self.dropped.checked_add(new).ok_or_else(|| {
+            AttentionError::input("x.dims()[1]", new, "overflows the cache's length")
+        })?;
         Ok(())
     }
 

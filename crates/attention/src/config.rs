@@ -108,6 +108,20 @@ impl TemperatureTuningConfig {
     }
 }
 
+/// Where a layer's keys and values come from.
+#[derive(Config, Debug, Copy, PartialEq, Eq)]
+pub enum KeyValues {
+    /// Its own key and value projections: every family but Gemma 4's.
+    Projected,
+    /// Its own key projection, whose output (before the key norm) is also the values: no value
+    /// projection (Gemma 4's full layers, `attention_k_eq_v`).
+    FromKeyProjection,
+    /// An earlier layer's keys and values, as that layer attended over them (Gemma 4's KV
+    /// sharing, `num_kv_shared_layers`): no key or value projection; the layer is called with
+    /// them ([`MultiHeadAttention::try_forward_shared`](crate::MultiHeadAttention::try_forward_shared)).
+    Shared,
+}
+
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
 pub struct MultiHeadAttentionConfig {
@@ -148,6 +162,13 @@ pub struct MultiHeadAttentionConfig {
     /// RMSNorm of each head's queries and keys before RoPE. Defaults to none.
     #[config(default = "None")]
     pub qk_norm: Option<QkNormConfig>,
+    /// Where the keys and values come from. Defaults to the layer's own projections.
+    #[config(default = "KeyValues::Projected")]
+    pub key_values: KeyValues,
+    /// A weightless RMSNorm of each value head, `v / sqrt(mean(v^2) + eps)`, with this `eps`
+    /// (Gemma 4's `v_norm`). Defaults to none.
+    #[config(default = "None")]
+    pub value_norm: Option<f64>,
     /// Sliding-window attention (Mistral, Gemma 2/3, gpt-oss): the query at index `i` sees the
     /// keys at indices `(i - window, i]` only. Defaults to none (every earlier key).
     #[config(default = "None")]
@@ -271,6 +292,7 @@ impl MultiHeadAttentionConfig {
             ("scale", self.scale),
             ("softcap", self.softcap),
             ("qk_norm.eps", self.qk_norm.as_ref().map(|norm| norm.eps)),
+            ("value_norm", self.value_norm),
         ] {
             if let Some(value) = value
                 && !is_normal_f32(value)
@@ -322,6 +344,20 @@ impl MultiHeadAttentionConfig {
                 format!("must equal the attention's head_dim ({})", self.head_dim()),
             ))
         };
+        // A layer over another's keys turns its queries alone, which only RoPE (or no scheme)
+        // does apart from the keys.
+        if self.key_values == KeyValues::Shared
+            && !matches!(
+                self.positional,
+                PositionalScheme::Rope(_) | PositionalScheme::None
+            )
+        {
+            return Err(AttentionError::config(
+                "key_values",
+                "Shared",
+                "needs RoPE or no positional scheme (the keys arrive turned by their own layer)",
+            ));
+        }
         match &self.positional {
             PositionalScheme::Rope(rope) => {
                 same_head_dim(rope.head_dim)?;
@@ -409,13 +445,20 @@ impl MultiHeadAttentionConfig {
         }
         let head_norm =
             |norm: &QkNormConfig, heads: usize| HeadNorm::new(heads, head_dim, norm, device);
+        let (keys, values) = match self.key_values {
+            KeyValues::Projected => (true, true),
+            KeyValues::FromKeyProjection => (true, false),
+            KeyValues::Shared => (false, false),
+        };
         Ok(MultiHeadAttention {
             query: linear(self.d_model, q_width, self.query_bias),
-            key: linear(self.d_model, kv_width, self.key_bias),
-            value: linear(self.d_model, kv_width, self.value_bias),
+            key: keys.then(|| linear(self.d_model, kv_width, self.key_bias)),
+            value: values.then(|| linear(self.d_model, kv_width, self.value_bias)),
             output: linear(q_width, self.d_model, self.output_bias),
             query_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.n_heads)),
-            key_norm: self.qk_norm.as_ref().map(|n| head_norm(n, self.kv_heads())),
+            key_norm: (self.qk_norm.as_ref())
+                .filter(|_| keys)
+                .map(|n| head_norm(n, self.kv_heads())),
             output_gate: self
                 .output_gate
                 .then(|| linear(self.d_model, q_width, self.query_bias)),

@@ -53,9 +53,9 @@ mod threads;
 
 pub use activation::{PassActivation, fused_activation, try_fused_activation};
 pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
-pub use cache::KvCache;
+pub use cache::{KvCache, SharedKeys};
 pub use config::{
-    MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,
+    KeyValues, MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,
 };
 pub use error::AttentionError;
 pub use gated_delta_net::{GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights};

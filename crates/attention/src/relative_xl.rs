@@ -209,7 +209,7 @@ mod tests {
             )
             .collect();
         let q = project(&weight(&attention.query), &row(mem + i));
-        let k = project(&weight(&attention.key), &row(j));
+        let k = project(&weight(attention.key.as_ref().unwrap()), &row(j));
         let wr = project(&weight(&xl.relative), &r);
         let u = floats(&xl.content_bias.val().into_data());
         let v = floats(&xl.position_bias.val().into_data());

@@ -5,7 +5,8 @@ A config class fills what the file does not say with its own defaults, and those
 `default_theta` (gpt-oss 150,000, Llama 4 and OLMo 3 500,000, SmolLM3 2,000,000, Gemma 3 1,000,000
 on full layers and `rope_local_base_freq` or 10,000 on sliding ones), a default RoPE dict (gpt-oss's
 YaRN), `partial_rotary_factor` (GLM-4's 0.5, Qwen3.5's 0.25), `layer_types` (Gemma 2's and gpt-oss's
-alternation, Gemma 3's `sliding_window_pattern`, Qwen3.5's `full_attention_interval`), and where a legacy `rope_scaling` goes (Gemma 3 and OLMo 3:
+alternation, Gemma 3's `sliding_window_pattern`, Qwen3.5's `full_attention_interval`, Gemma 4's five
+sliding layers in six with the last one full), Gemma 4's per-type defaults, and where a legacy `rope_scaling` goes (Gemma 3 and OLMo 3:
 the full layers only). Each case is a family's reference config with some fields removed or set
 the way older files write them, and what transformers resolves from it:
 
@@ -34,6 +35,7 @@ OUT = ROOT.parents[0] / "models" / "tests" / "huggingface" / "config_defaults.js
 FAMILIES = [
     "llama3", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "gpt_oss", "smollm3",
     "llama4_text", "olmo2", "olmo3", "glm4", "cohere2", "gpt_neox", "qwen3_5", "qwen3_5_moe",
+    "gemma4",
 ]
 ROPE_FIELDS = [
     "rope_parameters", "rope_scaling", "rope_theta", "rope_local_base_freq",
@@ -67,14 +69,21 @@ def head_dim(c):
     return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
 
 
-def resolved_rope(c, params):
+def resolved_rope(c, params, layer_type):
     partial = params.get("partial_rotary_factor", getattr(c, "partial_rotary_factor", None))
     if partial is None and c.model_type == "gpt_neox":
         partial = c.rotary_pct
+    # Gemma 4's full layers have heads of their own (`per_layer_config`), and its proportional
+    # RoPE spans the whole head: the fraction only stops the pairs past it.
+    if c.model_type == "gemma4_text":
+        c = c.per_layer_config[layer_type]
+    factor = params.get("factor")
+    if params.get("rope_type") == "proportional":
+        partial, factor = 1.0, params.get("factor", 1.0)
     return {
         "rope_type": params.get("rope_type", "default"),
         "rope_theta": params["rope_theta"],
-        "factor": params.get("factor"),
+        "factor": factor,
         "rotary_dim": int(head_dim(c) * (1.0 if partial is None else partial)),
     }
 
@@ -85,6 +94,9 @@ def resolve(config):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             c = AutoConfig.for_model(config["model_type"], **kwargs)
+        # Gemma 4's layers find the layers whose keys they share when the model is built: a file
+        # that leaves one without is refused there.
+        getattr(c, "kv_sharing_modes", None)
         layer_types = getattr(c, "layer_types", None)
         params = c.rope_parameters
         nested = layer_types is not None and all(
@@ -92,7 +104,7 @@ def resolve(config):
         ) and "rope_type" not in params
         types = sorted(set(layer_types or ["full_attention"]))
         rope = {
-            t: resolved_rope(c, params[t] if nested else params) for t in types
+            t: resolved_rope(c, params[t] if nested else params, t) for t in types
         }
         return {
             "layer_types": layer_types,

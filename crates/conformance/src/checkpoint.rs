@@ -10,7 +10,7 @@ use std::path::Path;
 use attention::AttentionInputs;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use models::huggingface::{
-    Checkpoint, HuggingFaceConfig, load_relative_bias, load_self_attention_from,
+    Checkpoint, HuggingFaceConfig, architecture, load_relative_bias, load_self_attention_from,
 };
 use models::{GenerationConfig, ModelInputs, PositionIds};
 use serde_json::{Map, Value};
@@ -113,6 +113,32 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
         .get("layers")
         .and_then(Value::as_array)
         .ok_or("reference.json: `layers` must be a list")?;
+    // Gemma 4's KV-sharing layers attend over an earlier layer's keys and values: that layer's,
+    // of its own recorded input.
+    let keys_from = architecture(&config).map_err(|e| e.to_string())?;
+    let recorded_input = |layer: usize| -> Result<Tensor<3>, String> {
+        let input = layers
+            .iter()
+            .filter_map(Value::as_object)
+            .find(|l| {
+                l.get("module")
+                    .and_then(Value::as_str)
+                    .and_then(layer_index)
+                    == Some(layer)
+            })
+            .and_then(|l| l.get("attention_input"))
+            .ok_or(format!(
+                "layers: no attention_input of layer {layer}, whose keys a later layer reads"
+            ))
+            .and_then(tensor)?;
+        Ok(Tensor::<3>::from_data(
+            TensorData::new(
+                input.data.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+                [input.shape[0], input.shape[1], input.shape[2]],
+            ),
+            device,
+        ))
+    };
     let mut max_error = 0.0f64;
     for (i, layer) in layers.iter().enumerate() {
         let layer = layer
@@ -157,8 +183,29 @@ fn check(dir: &Path, device: &Device) -> Result<f64, String> {
         {
             inputs = inputs.with_bias(bias.clone());
         }
-        let got = attention
-            .try_forward(x, inputs, None)
+        let source = keys_from
+            .blocks
+            .get(index)
+            .and_then(|block| block.keys_from);
+        let output = match (source, attention.multi_head()) {
+            (Some(source), Some(reader)) => {
+                let owner = load_self_attention_from(&config, &mut checkpoint, source, device)
+                    .map_err(|e| format!("layer {source}: {e}"))?;
+                let owner = owner
+                    .multi_head()
+                    .ok_or(format!("layer {source}: not multi-head attention"))?;
+                let (_, keys) = owner
+                    .try_forward_sharing(recorded_input(source)?, inputs.clone(), None)
+                    .map_err(|e| format!("layer {source}: {e}"))?;
+                reader
+                    .try_forward_shared(x, inputs, &keys)
+                    .map_err(|e| e.to_string())
+            }
+            _ => attention
+                .try_forward(x, inputs, None)
+                .map_err(|e| e.to_string()),
+        };
+        let got = output
             .map_err(|e| format!("layer {index}: {e}"))?
             .into_data()
             .convert::<f64>()

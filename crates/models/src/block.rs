@@ -2,17 +2,19 @@
 //! the arrangements the families use.
 
 use attention::{
-    AttentionInputs, GatedDeltaNet, GatedDeltaNetConfig, KvCache, MultiHeadAttention,
-    MultiHeadAttentionConfig, MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
+    AttentionInputs, GatedDeltaNet, GatedDeltaNetConfig, KeyValues, KvCache, MultiHeadAttention,
+    MultiHeadAttentionConfig, MultiHeadLatentAttention, MultiHeadLatentAttentionConfig, SharedKeys,
+    linear_forward,
 };
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Module, Param};
+use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, Tensor};
 use positional::{RotaryEncoding, RotaryEncodingConfig};
 
 use crate::error::ModelError;
 use crate::experts::{MixtureOfExperts, MixtureOfExpertsConfig};
-use crate::mlp::{Mlp, MlpConfig};
+use crate::mlp::{Activation, Mlp, MlpConfig};
 use crate::norm::{Norm, NormConfig};
 
 /// Where the norms and residuals sit around attention (`A`) and the feed-forward block (`F`).
@@ -135,6 +137,7 @@ impl SelfAttentionConfig {
     /// ([`GatedDeltaNetConfig::state_floats`] per batch row).
     pub fn cached_floats_per_token(&self) -> usize {
         match self {
+            Self::MultiHead(config) if config.key_values == KeyValues::Shared => 0,
             Self::MultiHead(config) => 2 * config.kv_heads() * config.head_dim(),
             Self::Latent(config) => config.cached_floats_per_token(),
             Self::GatedDeltaNet(_) => 0,
@@ -146,8 +149,13 @@ impl SelfAttentionConfig {
         match self {
             Self::MultiHead(config) => {
                 let query_widths = 2 + usize::from(config.output_gate);
+                let kv_projections = match config.key_values {
+                    KeyValues::Projected => 2,
+                    KeyValues::FromKeyProjection => 1,
+                    KeyValues::Shared => 0,
+                };
                 let widths = (config.n_heads.checked_mul(query_widths)?)
-                    .checked_add(config.kv_heads().checked_mul(2)?)?
+                    .checked_add(config.kv_heads().checked_mul(kv_projections)?)?
                     .checked_mul(config.head_dim())?;
                 widths.checked_mul(config.d_model)
             }
@@ -273,6 +281,40 @@ impl SelfAttention {
         })
     }
 
+    /// [`try_forward`](Self::try_forward) of a layer over `shared`, another layer's keys and
+    /// values ([`KeyValues::Shared`]), or returning its own for later layers (`keep`).
+    fn try_forward_sharing(
+        &self,
+        x: Tensor<3>,
+        inputs: AttentionInputs,
+        cache: Option<&mut KvCache>,
+        shared: Option<&SharedKeys>,
+        keep: bool,
+    ) -> Result<(Tensor<3>, Option<SharedKeys>), ModelError> {
+        let seq = x.dims()[1];
+        Ok(match (self, shared) {
+            (Self::MultiHead(attention), Some(keys)) => {
+                let y = attention.try_forward_shared(x, inputs, keys)?;
+                if let Some(cache) = cache {
+                    cache.advance_shared(seq)?;
+                }
+                (y, None)
+            }
+            (Self::MultiHead(attention), None) if keep => {
+                let (y, keys) = attention.try_forward_sharing(x, inputs, cache)?;
+                (y, Some(keys))
+            }
+            (_, Some(_)) | (Self::Latent(_) | Self::GatedDeltaNet(_), None) if keep => {
+                return Err(ModelError::config(
+                    "keys_from",
+                    "a layer's",
+                    "shares keys and values between multi-head attention layers only",
+                ));
+            }
+            (_, _) => (self.try_forward(x, inputs, cache)?, None),
+        })
+    }
+
     /// Self-attention of `x` `[batch, seq, d_model]`, through `cache` when given.
     pub fn try_forward(
         &self,
@@ -304,6 +346,8 @@ pub enum FeedForwardConfig {
     Dense(MlpConfig),
     /// Routed experts (gpt-oss).
     Experts(MixtureOfExpertsConfig),
+    /// A dense MLP and routed experts side by side (Gemma 4's `enable_moe_block`).
+    DenseAndExperts(DenseAndExpertsConfig),
 }
 
 impl FeedForwardConfig {
@@ -311,6 +355,11 @@ impl FeedForwardConfig {
         match self {
             Self::Dense(mlp) => mlp.validate(),
             Self::Experts(experts) => experts.validate(),
+            Self::DenseAndExperts(both) => {
+                both.mlp.validate()?;
+                both.experts.validate()?;
+                both.norm.validate()
+            }
         }
     }
 
@@ -318,7 +367,72 @@ impl FeedForwardConfig {
         Ok(match self {
             Self::Dense(mlp) => FeedForward::Dense(mlp.try_init(device)?),
             Self::Experts(experts) => FeedForward::Experts(experts.try_init(device)?),
+            Self::DenseAndExperts(both) => FeedForward::DenseAndExperts(DenseAndExperts {
+                mlp: both.mlp.try_init(device)?,
+                mlp_norm: both.norm.try_init(device)?,
+                experts_input_norm: both.norm.try_init(device)?,
+                experts: both.experts.try_init(device)?,
+                experts_norm: both.norm.try_init(device)?,
+            }),
         })
+    }
+
+    /// The weights of the MLPs and experts (biases left out), per unit of `d_model`.
+    pub(crate) fn weights_per_width(&self) -> Option<usize> {
+        let experts = |experts: &MixtureOfExpertsConfig| {
+            experts.experts.checked_mul(experts.d_ff)?.checked_mul(3)
+        };
+        match self {
+            Self::Dense(mlp) => mlp.d_ff.checked_mul(3),
+            Self::Experts(config) => experts(config),
+            Self::DenseAndExperts(both) => both
+                .mlp
+                .d_ff
+                .checked_mul(3)?
+                .checked_add(experts(&both.experts)?),
+        }
+    }
+}
+
+/// Gemma 4's feed-forward block with `enable_moe_block`: `pm(MLP(n2(h))) + pe(E(ne(h)))`, a
+/// dense MLP on the normed input and routed experts on their own normed copy of the input `h`,
+/// which the router scores as it is; each output normed before the sum (which the block's `p2`
+/// normalises again).
+#[derive(Config, Debug)]
+pub struct DenseAndExpertsConfig {
+    /// The dense MLP.
+    pub mlp: MlpConfig,
+    /// The routed experts.
+    pub experts: MixtureOfExpertsConfig,
+    /// `pm`, `ne` and `pe` (the block's norms' kind and epsilon).
+    pub norm: NormConfig,
+}
+
+/// The module of a [`DenseAndExpertsConfig`].
+#[derive(Module, Debug)]
+pub struct DenseAndExperts {
+    /// The dense MLP.
+    pub mlp: Mlp,
+    /// `pm`, the norm of the MLP's output (`post_feedforward_layernorm_1`).
+    pub mlp_norm: Norm,
+    /// `ne`, the norm of the experts' input (`pre_feedforward_layernorm_2`).
+    pub experts_input_norm: Norm,
+    /// The routed experts.
+    pub experts: MixtureOfExperts,
+    /// `pe`, the norm of the experts' output (`post_feedforward_layernorm_2`).
+    pub experts_norm: Norm,
+}
+
+impl DenseAndExperts {
+    /// # Shapes
+    /// - `normed` (the MLP's input), `input` (the experts' and the router's): `[batch, seq,
+    ///   d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn forward(&self, normed: Tensor<3>, input: Tensor<3>) -> Tensor<3> {
+        let dense = self.mlp_norm.forward(self.mlp.forward(normed));
+        let routed =
+            (self.experts).forward_routed(self.experts_input_norm.forward(input.clone()), input);
+        dense + self.experts_norm.forward(routed)
     }
 }
 
@@ -332,17 +446,60 @@ pub enum FeedForward {
     Dense(Mlp),
     /// Routed experts.
     Experts(MixtureOfExperts),
+    /// A dense MLP and routed experts side by side.
+    DenseAndExperts(DenseAndExperts),
 }
 
 impl FeedForward {
+    /// The block of `normed`, the feed-forward norm's output; `input`, the block's input before
+    /// that norm, is what Gemma 4's experts read.
+    ///
     /// # Shapes
-    /// - `x`: `[batch, seq, d_model]`
+    /// - `normed`, `input`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    pub fn forward(&self, normed: Tensor<3>, input: Tensor<3>) -> Tensor<3> {
         match self {
-            Self::Dense(mlp) => mlp.forward(x),
-            Self::Experts(experts) => experts.forward(x),
+            Self::Dense(mlp) => mlp.forward(normed),
+            Self::Experts(experts) => experts.forward(normed),
+            Self::DenseAndExperts(both) => both.forward(normed, input),
         }
+    }
+}
+
+/// Gemma 4's per-layer input (`hidden_size_per_layer_input`): after the feed-forward residual,
+/// `h + n(P(act(G h) * e))`, `e` `[width]` the layer's share of the model's per-layer embeddings
+/// ([`PerLayerEmbeddingsConfig`](crate::transformer::PerLayerEmbeddingsConfig)).
+#[derive(Config, Debug)]
+pub struct PerLayerInputConfig {
+    /// The width of `e` (`hidden_size_per_layer_input`).
+    pub width: usize,
+    /// `act` (`hidden_activation`).
+    pub activation: Activation,
+}
+
+/// The module of a [`PerLayerInputConfig`].
+#[derive(Module, Debug)]
+pub struct PerLayerInput {
+    /// `G`, `d_model -> width` (`per_layer_input_gate`).
+    pub gate: Linear,
+    /// `P`, `width -> d_model` (`per_layer_projection`).
+    pub projection: Linear,
+    /// `n` (`post_per_layer_input_norm`).
+    pub norm: Norm,
+    #[module(skip)]
+    pub(crate) activation: Activation,
+}
+
+impl PerLayerInput {
+    /// # Shapes
+    /// - `h`: `[batch, seq, d_model]`, `e`: `[batch, seq, width]`
+    /// - output: `[batch, seq, d_model]`, `h` with the input added
+    pub fn forward(&self, h: Tensor<3>, e: Tensor<3>) -> Tensor<3> {
+        let gated = self
+            .activation
+            .forward(linear_forward(&self.gate, h.clone()))
+            * e;
+        h + self.norm.forward(linear_forward(&self.projection, gated))
     }
 }
 
@@ -357,6 +514,17 @@ pub struct BlockConfig {
     pub norm: NormConfig,
     /// The feed-forward block.
     pub feed_forward: FeedForwardConfig,
+    /// The earlier layer whose keys and values this one attends over (Gemma 4's KV sharing,
+    /// `num_kv_shared_layers`); its attention then has [`KeyValues::Shared`]. Defaults to none.
+    #[config(default = "None")]
+    pub keys_from: Option<usize>,
+    /// A per-layer input after the feed-forward residual (Gemma 4). Defaults to none.
+    #[config(default = "None")]
+    pub per_layer_input: Option<PerLayerInputConfig>,
+    /// Whether the block's output is multiplied by a learned scalar (Gemma 4's `layer_scalar`).
+    /// Defaults to false.
+    #[config(default = false)]
+    pub layer_scalar: bool,
 }
 
 impl BlockConfig {
@@ -364,6 +532,15 @@ impl BlockConfig {
     pub fn validate(&self) -> Result<(), ModelError> {
         self.attention.validate()?;
         self.norm.validate()?;
+        if let Some(input) = &self.per_layer_input
+            && input.width == 0
+        {
+            return Err(ModelError::config(
+                "hidden_size_per_layer_input",
+                0,
+                "must be at least 1 (0 is no per-layer input)",
+            ));
+        }
         self.feed_forward.validate()
     }
 
@@ -374,6 +551,20 @@ impl BlockConfig {
             .layout
             .norms()
             .map(|has| has.then(|| self.norm.try_init(device)).transpose());
+        let d_model = self.attention.d_model();
+        let per_layer_input = match &self.per_layer_input {
+            Some(input) => Some(PerLayerInput {
+                gate: LinearConfig::new(d_model, input.width)
+                    .with_bias(false)
+                    .init(device),
+                projection: LinearConfig::new(input.width, d_model)
+                    .with_bias(false)
+                    .init(device),
+                norm: self.norm.try_init(device)?,
+                activation: input.activation,
+            }),
+            None => None,
+        };
         Ok(Block {
             attention: self.attention.try_init(device)?,
             attention_norm: n1?,
@@ -381,9 +572,22 @@ impl BlockConfig {
             post_attention_norm: p1?,
             post_feed_forward_norm: p2?,
             feed_forward: self.feed_forward.try_init(device)?,
+            per_layer_input,
+            scalar: (self.layer_scalar).then(|| Param::from_tensor(Tensor::ones([1], device))),
             layout: self.layout,
         })
     }
+}
+
+/// What a layer takes from the rest of the model beside its input and cache.
+#[derive(Default)]
+pub(crate) struct LayerInputs<'a> {
+    /// `[batch, seq, width]`: the layer's per-layer input (Gemma 4).
+    pub per_layer: Option<Tensor<3>>,
+    /// The keys and values of the earlier layer this one attends over.
+    pub shared: Option<&'a SharedKeys>,
+    /// Whether to return the keys and values the layer attended over, for a later one.
+    pub keep_keys: bool,
 }
 
 /// One transformer layer.
@@ -402,6 +606,10 @@ pub struct Block {
     pub post_feed_forward_norm: Option<Norm>,
     /// The feed-forward block.
     pub feed_forward: FeedForward,
+    /// Gemma 4's per-layer input, after the feed-forward residual.
+    pub per_layer_input: Option<PerLayerInput>,
+    /// `[1]`, multiplying the block's output (Gemma 4's `layer_scalar`).
+    pub scalar: Option<Param<Tensor<1>>>,
     #[module(skip)]
     pub(crate) layout: BlockLayout,
 }
@@ -416,32 +624,77 @@ impl Block {
         inputs: AttentionInputs,
         cache: Option<&mut KvCache>,
     ) -> Result<Tensor<3>, ModelError> {
-        let attend = |h: Tensor<3>| self.attention.try_forward(h, inputs, cache);
+        Ok(self
+            .try_forward_layer(x, inputs, cache, LayerInputs::default())?
+            .0)
+    }
+
+    /// [`try_forward`](Self::try_forward) with what the rest of the model gives a layer (its
+    /// per-layer input, another layer's keys), returning the keys it attended over when asked.
+    pub(crate) fn try_forward_layer(
+        &self,
+        x: Tensor<3>,
+        inputs: AttentionInputs,
+        cache: Option<&mut KvCache>,
+        layer: LayerInputs,
+    ) -> Result<(Tensor<3>, Option<SharedKeys>), ModelError> {
+        let mut kept = None;
+        let attend = |h: Tensor<3>| -> Result<Tensor<3>, ModelError> {
+            let (y, keys) = (self.attention).try_forward_sharing(
+                h,
+                inputs,
+                cache,
+                layer.shared,
+                layer.keep_keys,
+            )?;
+            kept = keys;
+            Ok(y)
+        };
         // A norm the layout lacks is the identity: `Block`s are built by `try_init` or the
         // loaders, which give each layout exactly its norms (`BlockLayout::norms`).
         let n1 = |y| norm_or_identity(&self.attention_norm, y);
         let n2 = |y| norm_or_identity(&self.feed_forward_norm, y);
         let p1 = |y| norm_or_identity(&self.post_attention_norm, y);
         let p2 = |y| norm_or_identity(&self.post_feed_forward_norm, y);
-        let feed = |y| self.feed_forward.forward(y);
-        Ok(match self.layout {
+        let feed = |normed, input| self.feed_forward.forward(normed, input);
+        let y = match self.layout {
             BlockLayout::PreNorm | BlockLayout::Sandwich | BlockLayout::PostBranchNorm => {
                 let h = x.clone() + p1(attend(n1(x))?);
-                h.clone() + p2(feed(n2(h)))
+                h.clone() + p2(feed(n2(h.clone()), h))
             }
             BlockLayout::ParallelResidual => {
                 let attended = attend(n1(x.clone()))?;
-                x.clone() + attended + feed(n2(x))
+                x.clone() + attended + feed(n2(x.clone()), x)
             }
             BlockLayout::ParallelSharedNorm => {
                 let normed = n1(x.clone());
-                x + attend(normed.clone())? + feed(normed)
+                x.clone() + attend(normed.clone())? + feed(normed, x)
             }
             BlockLayout::PostNorm => {
                 let h = n1(x.clone() + attend(x)?);
-                n2(h.clone() + feed(h))
+                n2(h.clone() + feed(h.clone(), h))
             }
-        })
+        };
+        let y = match (&self.per_layer_input, layer.per_layer) {
+            (Some(input), Some(e)) => input.forward(y, e),
+            (None, None) => y,
+            (has, given) => {
+                return Err(ModelError::input(
+                    "per_layer_input",
+                    given.is_some(),
+                    format!(
+                        "must be given exactly when the layer has one ({}): run the layer \
+                         through its Transformer",
+                        has.is_some()
+                    ),
+                ));
+            }
+        };
+        let y = match &self.scalar {
+            Some(scalar) => y * scalar.val().unsqueeze::<3>(),
+            None => y,
+        };
+        Ok((y, kept))
     }
 }
 

@@ -19,7 +19,6 @@
 //! gather-by-expert loop, one batched product per tensor instead of a host-side dispatch, and the
 //! gradient reaches the router through the softmax or the sigmoid.
 
-use attention::{PassActivation, fused_activation};
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::Linear;
@@ -27,7 +26,7 @@ use burn::tensor::activation::{sigmoid, softmax};
 use burn::tensor::{Device, Tensor};
 
 use crate::error::ModelError;
-use crate::mlp::{Mlp, MlpConfig};
+use crate::mlp::{Activation, Mlp, MlpConfig};
 
 /// How the router's scores choose and weigh the experts.
 #[derive(Config, Debug, Copy, PartialEq)]
@@ -62,8 +61,9 @@ pub enum ExpertMlp {
         /// The clamp (`swiglu_limit`).
         limit: f64,
     },
-    /// Llama 4: `silu(gate) * up`, the gate's columns first, then up's.
-    Swiglu,
+    /// `act(gate) * up`, the gate's columns first, then up's: SwiGLU (`Gated(Silu)`: Llama 4,
+    /// DeepSeek, Qwen3.5-MoE) or Gemma 4's GeGLU (`Gated(GeluTanh)`).
+    Gated(Activation),
 }
 
 /// Configuration of a [`MixtureOfExperts`].
@@ -94,6 +94,15 @@ pub struct MixtureOfExpertsConfig {
     /// (Qwen2-MoE's and Qwen3.5-MoE's `shared_expert_gate`, `d_model -> 1`). Defaults to false.
     #[config(default = false)]
     pub shared_gate: bool,
+    /// Gemma 4's router input, `rmsnorm(x) * scale / sqrt(d_model)`: a learned `scale`
+    /// `[d_model]` after an RMSNorm without weight of this `eps`. Defaults to none (the router
+    /// scores `x`).
+    #[config(default = "None")]
+    pub router_norm: Option<f64>,
+    /// Whether each expert's routing weight is multiplied by a learned scale of its own (Gemma
+    /// 4's `per_expert_scale`, `[experts]`). Defaults to false.
+    #[config(default = false)]
+    pub expert_scales: bool,
 }
 
 impl MixtureOfExpertsConfig {
@@ -285,6 +294,10 @@ impl MixtureOfExpertsConfig {
             down_bias: down_bias.map(Param::from_tensor),
             shared,
             shared_gate: None,
+            router_scale: None,
+            expert_scales: None,
+            router_norm: self.router_norm,
+            has_expert_scales: self.expert_scales,
             top_k: self.top_k,
             routing: self.routing,
             expert: self.expert,
@@ -309,6 +322,10 @@ impl MixtureOfExpertsConfig {
             self.shared_mlp()
                 .map(|mlp| mlp.try_init(device))
                 .transpose()?,
+        )?;
+        let experts = experts.try_with_router_scales(
+            self.router_norm.map(|_| Tensor::ones([d], device)),
+            self.expert_scales.then(|| Tensor::ones([e], device)),
         )?;
         match self.shared_gate {
             true => experts.try_with_shared_gate(
@@ -341,6 +358,15 @@ pub struct MixtureOfExperts {
     pub shared: Option<Mlp>,
     /// `d_model -> 1`: the shared expert's gate before its sigmoid (Qwen3.5-MoE).
     pub shared_gate: Option<Linear>,
+    /// `[d_model]`: Gemma 4's router `scale` of its normed input
+    /// ([`router_norm`](MixtureOfExpertsConfig::router_norm)).
+    pub router_scale: Option<Param<Tensor<1>>>,
+    /// `[experts]`: Gemma 4's `per_expert_scale` of the routing weights.
+    pub expert_scales: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    router_norm: Option<f64>,
+    #[module(skip)]
+    has_expert_scales: bool,
     #[module(skip)]
     top_k: usize,
     #[module(skip)]
@@ -372,11 +398,65 @@ impl MixtureOfExperts {
         Ok(self)
     }
 
+    /// This block with Gemma 4's router scales: `router_scale` `[d_model]` exactly when the
+    /// configuration has a [`router_norm`](MixtureOfExpertsConfig::router_norm), `expert_scales`
+    /// `[experts]` exactly when it has [`expert_scales`](MixtureOfExpertsConfig::expert_scales).
+    pub fn try_with_router_scales(
+        mut self,
+        router_scale: Option<Tensor<1>>,
+        expert_scales: Option<Tensor<1>>,
+    ) -> Result<Self, ModelError> {
+        let [d_model, experts] = self.router.weight.dims();
+        for (name, tensor, len) in [
+            ("router.scale", router_scale.as_ref(), d_model),
+            ("router.per_expert_scale", expert_scales.as_ref(), experts),
+        ] {
+            if let Some(tensor) = tensor
+                && tensor.dims() != [len]
+            {
+                return Err(ModelError::input(
+                    name,
+                    tensor.dims(),
+                    format!("must be [{len}]"),
+                ));
+            }
+        }
+        if router_scale.is_some() != self.router_norm.is_some() {
+            return Err(ModelError::input(
+                "router.scale",
+                router_scale.is_some(),
+                "must be given exactly when the router normalises its input (router_norm)",
+            ));
+        }
+        if expert_scales.is_some() != self.has_expert_scales {
+            return Err(ModelError::input(
+                "router.per_expert_scale",
+                expert_scales.is_some(),
+                format!(
+                    "must be given exactly when the experts have scales ({})",
+                    self.has_expert_scales
+                ),
+            ));
+        }
+        self.router_scale = router_scale.map(Param::from_tensor);
+        self.expert_scales = expert_scales.map(Param::from_tensor);
+        Ok(self)
+    }
+
     /// `[tokens, experts]` routing weights: a softmax over each token's `top_k` router scores
-    /// (gpt-oss), their sigmoids (Llama 4), or DeepSeek's group-limited choice; zero elsewhere.
+    /// (gpt-oss; Gemma 4 times its per-expert scales), their sigmoids (Llama 4), or DeepSeek's
+    /// group-limited choice; zero elsewhere.
     pub fn routing(&self, x: Tensor<2>) -> Tensor<2> {
-        let [tokens, _] = x.dims();
+        let [tokens, d_model] = x.dims();
         let experts = self.router.weight.dims()[1];
+        let x = match (self.router_norm, &self.router_scale) {
+            (Some(eps), Some(scale)) => {
+                let mean_square = x.clone().powi_scalar(2).mean_dim(1);
+                let normed = x * (mean_square + eps).sqrt().recip();
+                normed * scale.val().unsqueeze::<2>() * (d_model as f64).sqrt().recip()
+            }
+            _ => x,
+        };
         let scores =
             attention::linear_forward(&self.router, x.unsqueeze::<3>()).reshape([tokens, experts]);
         if let Routing::SigmoidGroupLimited {
@@ -394,9 +474,13 @@ impl MixtureOfExperts {
             .narrow(1, self.top_k - 1, 1);
         let outside = scores.clone().lower(threshold);
         let scores = scores.mask_fill(outside, f32::NEG_INFINITY);
-        match self.routing {
+        let weights = match self.routing {
             Routing::SigmoidScalesInput => sigmoid(scores),
             _ => softmax(scores, 1),
+        };
+        match &self.expert_scales {
+            Some(scales) => weights * scales.val().unsqueeze::<2>(),
+            None => weights,
         }
     }
 
@@ -450,12 +534,25 @@ impl MixtureOfExperts {
     /// - `x`: `[batch, seq, d_model]`
     /// - output: `[batch, seq, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward_routed(x.clone(), x)
+    }
+
+    /// The experts on `x`, chosen and weighed by the router on `route_by`: Gemma 4 routes by
+    /// the residual stream and feeds the experts a normed copy of it.
+    ///
+    /// # Shapes
+    /// - `x`, `route_by`: `[batch, seq, d_model]`
+    /// - output: `[batch, seq, d_model]`
+    pub fn forward_routed(&self, x: Tensor<3>, route_by: Tensor<3>) -> Tensor<3> {
         let [batch, seq, d_model] = x.dims();
         let [experts, _, width] = self.gate_up.dims();
         let (d_ff, tokens) = (width / 2, batch * seq);
         let rows = x.clone().reshape([tokens, d_model]);
         // [experts, tokens, 1]
-        let weights = self.routing(rows.clone()).transpose().unsqueeze_dim::<3>(2);
+        let weights = self
+            .routing(route_by.reshape([tokens, d_model]))
+            .transpose()
+            .unsqueeze_dim::<3>(2);
         let inputs = rows.unsqueeze::<3>().expand([experts, tokens, d_model]);
         let scales_input = self.routing == Routing::SigmoidScalesInput;
         let inputs = match scales_input {
@@ -481,13 +578,9 @@ impl MixtureOfExperts {
                     .clamp(-limit, limit);
                 (up + 1.0) * (gate.clone() * sigmoid(gate * alpha))
             }
-            ExpertMlp::Swiglu => {
+            ExpertMlp::Gated(activation) => {
                 let gate = gate_up.clone().narrow(2, 0, d_ff);
-                fused_activation(
-                    PassActivation::Silu,
-                    gate,
-                    Some(gate_up.narrow(2, d_ff, d_ff)),
-                )
+                activation.gated(gate, gate_up.narrow(2, d_ff, d_ff))
             }
         };
         let mut out = hidden.matmul(self.down.val());
@@ -639,7 +732,7 @@ mod tests {
         };
         let config = MixtureOfExpertsConfig::new(d, f, e, k)
             .with_routing(Routing::SigmoidScalesInput)
-            .with_expert(ExpertMlp::Swiglu)
+            .with_expert(ExpertMlp::Gated(Activation::Silu))
             .with_bias(false)
             .with_shared_d_ff(Some(f));
         let shared = config
@@ -741,7 +834,7 @@ mod tests {
                     normalize,
                     scale: 2.5,
                 })
-                .with_expert(ExpertMlp::Swiglu)
+                .with_expert(ExpertMlp::Gated(Activation::Silu))
                 .with_bias(false);
             let router = linear_from_pytorch(
                 "gate",

@@ -1,4 +1,4 @@
-//! Whole transformer models of 23 Hugging Face families, built only from this workspace's
+//! Whole transformer models of 24 Hugging Face families, built only from this workspace's
 //! `positional` and `attention` crates and Burn's own modules, loaded from `config.json` and
 //! `model.safetensors` as the Hub holds them, and checked against transformers' float64 outputs.
 //!

@@ -1,7 +1,7 @@
 //! A whole model: embeddings, blocks, a final norm and (for decoders) the LM head. Every family
 //! of this crate is one [`TransformerConfig`]; the family files say which.
 
-use attention::{AttentionInputs, KvCache, PositionalScheme};
+use attention::{AttentionInputs, KeyValues, KvCache, PositionalScheme, SharedKeys};
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
@@ -12,7 +12,7 @@ use positional::{
     unallocatable,
 };
 
-use crate::block::{Block, BlockConfig, FeedForwardConfig};
+use crate::block::{Block, BlockConfig, LayerInputs, SelfAttentionConfig};
 use crate::error::{ModelError, or_panic};
 use crate::norm::{Norm, NormConfig};
 
@@ -102,6 +102,53 @@ impl OutputHead {
     }
 }
 
+/// Gemma 4's per-layer embeddings (`hidden_size_per_layer_input`): layer `i`'s input `e_i`
+/// `[width]` ([`PerLayerInputConfig`](crate::block::PerLayerInputConfig)) is
+/// `(n((W x)_i / sqrt(d_model)) + T[id]_i sqrt(width)) / sqrt(2)`: `x` the scaled token
+/// embedding, `W` `d_model -> layers * width`, `T` `[vocab_size, layers * width]`, `n` an RMSNorm
+/// of each layer's share.
+#[derive(Config, Debug)]
+pub struct PerLayerEmbeddingsConfig {
+    /// Rows of `T` (`vocab_size_per_layer_input`).
+    pub vocab_size: usize,
+    /// Each layer's share (`hidden_size_per_layer_input`).
+    pub width: usize,
+    /// `n` (`per_layer_projection_norm`), over `width` features.
+    pub norm: NormConfig,
+}
+
+/// The module of a [`PerLayerEmbeddingsConfig`].
+#[derive(Module, Debug)]
+pub struct PerLayerEmbeddings {
+    /// `T`, `[vocab_size, layers * width]` (`embed_tokens_per_layer`).
+    pub table: Embedding,
+    /// `W`, `d_model -> layers * width` (`per_layer_model_projection`).
+    pub projection: Linear,
+    /// `n` (`per_layer_projection_norm`).
+    pub norm: Norm,
+}
+
+impl PerLayerEmbeddings {
+    /// Every layer's input `[batch, seq, layers, width]` for `ids` `[batch, seq]` (checked
+    /// against `T`'s rows) whose scaled token embeddings are `x` `[batch, seq, d_model]`.
+    fn forward(&self, ids: Tensor<2, Int>, x: Tensor<3>, layers: usize) -> Tensor<4> {
+        let [batch, seq, d_model] = x.dims();
+        let packed = self.table.weight.dims()[1];
+        let width = packed / layers;
+        let mut tokens = self.table.forward(ids);
+        if matches!(tokens.dtype(), DType::F16 | DType::BF16) {
+            tokens = tokens.cast(DType::F32);
+        }
+        let tokens = (tokens * (width as f64).sqrt()).reshape([batch, seq, layers, width]);
+        let projected =
+            attention::linear_forward(&self.projection, x) * (d_model as f64).sqrt().recip();
+        let projected = self
+            .norm
+            .forward(projected.reshape([batch, seq, layers, width]));
+        (projected + tokens) * std::f64::consts::FRAC_1_SQRT_2
+    }
+}
+
 /// Configuration of a [`Transformer`].
 #[derive(Config, Debug)]
 pub struct TransformerConfig {
@@ -145,6 +192,9 @@ pub struct TransformerConfig {
     /// T5: the first layer's relative bias is added in every layer.
     #[config(default = false)]
     pub shared_relative_bias: bool,
+    /// Gemma 4's per-layer embeddings, for the blocks' per-layer inputs. Defaults to none.
+    #[config(default = "None")]
+    pub per_layer_embeddings: Option<PerLayerEmbeddingsConfig>,
 }
 
 impl TransformerConfig {
@@ -169,6 +219,47 @@ impl TransformerConfig {
                     format!("blocks[{i}].attention.d_model"),
                     block.attention.d_model(),
                     format!("must equal d_model ({})", self.d_model),
+                ));
+            }
+            self.validate_keys_from(i)?;
+            let width = self.per_layer_embeddings.as_ref().map(|p| p.width);
+            let input = block.per_layer_input.as_ref().map(|input| input.width);
+            if input != width {
+                return Err(ModelError::config(
+                    format!("blocks[{i}].per_layer_input"),
+                    format!("{input:?}"),
+                    format!("must have the per-layer embeddings' width ({width:?})"),
+                ));
+            }
+        }
+        if let Some(per_layer) = &self.per_layer_embeddings {
+            per_layer.norm.validate()?;
+            if per_layer.norm.d_model != per_layer.width {
+                return Err(ModelError::config(
+                    "per_layer_embeddings.norm.d_model",
+                    per_layer.norm.d_model,
+                    format!("must equal the width ({})", per_layer.width),
+                ));
+            }
+            if per_layer.vocab_size < self.vocab_size {
+                return Err(ModelError::config(
+                    "vocab_size_per_layer_input",
+                    per_layer.vocab_size,
+                    format!(
+                        "must be at least vocab_size ({}): a token past it has no per-layer \
+                         embedding (transformers fails on it)",
+                        self.vocab_size
+                    ),
+                ));
+            }
+            let packed = per_layer.width.checked_mul(self.blocks.len());
+            if let Some(why) = packed.map_or(Some("overflows usize".to_owned()), |packed| {
+                positional::unallocatable_on_host(&[per_layer.vocab_size, packed], 4)
+            }) {
+                return Err(ModelError::config(
+                    "hidden_size_per_layer_input",
+                    per_layer.width,
+                    format!("times the layers: {why}"),
                 ));
             }
         }
@@ -212,6 +303,51 @@ impl TransformerConfig {
         Ok(())
     }
 
+    /// Checks that block `i` reads the keys of an earlier layer exactly when its attention has
+    /// [`KeyValues::Shared`], and that that layer's keys fit it.
+    fn validate_keys_from(&self, i: usize) -> Result<(), ModelError> {
+        let block = &self.blocks[i];
+        let field = format!("blocks[{i}].keys_from");
+        let shared = |config: &BlockConfig| {
+            (config.attention.multi_head()).is_some_and(|a| a.key_values == KeyValues::Shared)
+        };
+        let Some(source) = block.keys_from else {
+            if shared(block) {
+                return Err(ModelError::config(
+                    field,
+                    "None",
+                    "must name the layer whose keys this one reads (its key_values are Shared)",
+                ));
+            }
+            return Ok(());
+        };
+        let (SelfAttentionConfig::MultiHead(reader), Some(SelfAttentionConfig::MultiHead(owner))) = (
+            &block.attention,
+            self.blocks.get(source).map(|b| &b.attention),
+        ) else {
+            return Err(ModelError::config(
+                field,
+                source,
+                "must name a multi-head attention layer, from a multi-head attention layer",
+            ));
+        };
+        let fits = source < i
+            && reader.key_values == KeyValues::Shared
+            && owner.key_values != KeyValues::Shared
+            && (reader.kv_heads(), reader.head_dim()) == (owner.kv_heads(), owner.head_dim())
+            && (reader.sliding_window, reader.chunk, reader.causal)
+                == (owner.sliding_window, owner.chunk, owner.causal);
+        if !fits {
+            return Err(ModelError::config(
+                field,
+                source,
+                "must name an earlier layer with keys of its own, of the same key heads, head \
+                 width, window, chunk and causality, for a layer whose key_values are Shared",
+            ));
+        }
+        Ok(())
+    }
+
     /// The number of weights in the embeddings, projections, MLPs and experts (norms and biases
     /// left out); `None` when it overflows `usize`.
     pub fn weight_count(&self) -> Option<usize> {
@@ -228,15 +364,20 @@ impl TransformerConfig {
                 OutputHead::Hidden | OutputHead::Tied => 0,
             })?
             .checked_mul(d)?;
+        let layers = self.blocks.len();
+        let per_layer = match &self.per_layer_embeddings {
+            Some(per_layer) => (per_layer.vocab_size.checked_add(d)?)
+                .checked_mul(per_layer.width.checked_mul(layers)?)?,
+            None => 0,
+        };
+        let tables = tables.checked_add(per_layer)?;
         self.blocks.iter().try_fold(tables, |total, block| {
             let attention = block.attention.weight_count()?;
-            let mlp = match &block.feed_forward {
-                FeedForwardConfig::Dense(mlp) => mlp.d_ff.checked_mul(3)?,
-                FeedForwardConfig::Experts(experts) => {
-                    experts.experts.checked_mul(experts.d_ff)?.checked_mul(3)?
-                }
-            };
-            total.checked_add(attention.checked_add(mlp.checked_mul(d)?)?)
+            let mut widths = block.feed_forward.weights_per_width()?;
+            if let Some(input) = &block.per_layer_input {
+                widths = widths.checked_add(input.width.checked_mul(2)?)?;
+            }
+            total.checked_add(attention.checked_add(widths.checked_mul(d)?)?)
         })
     }
 
@@ -313,6 +454,17 @@ impl TransformerConfig {
                 OutputHead::Hidden | OutputHead::Tied => None,
             },
             pooler: self.pooler.then(|| LinearConfig::new(d, d).init(device)),
+            per_layer_embeddings: match &self.per_layer_embeddings {
+                Some(per_layer) => {
+                    let packed = per_layer.width * self.blocks.len();
+                    Some(PerLayerEmbeddings {
+                        table: EmbeddingConfig::new(per_layer.vocab_size, packed).init(device),
+                        projection: LinearConfig::new(d, packed).with_bias(false).init(device),
+                        norm: per_layer.norm.try_init(device)?,
+                    })
+                }
+                None => None,
+            },
             config: self.clone(),
         })
     }
@@ -410,6 +562,8 @@ pub struct Transformer {
     pub lm_head: Option<Linear>,
     /// BERT's pooler.
     pub pooler: Option<Linear>,
+    /// Gemma 4's per-layer embeddings.
+    pub per_layer_embeddings: Option<PerLayerEmbeddings>,
     #[module(skip)]
     pub(crate) config: TransformerConfig,
 }
@@ -424,7 +578,9 @@ impl Transformer {
     /// as trained), the weights kept: a pretrained model read past its training length with
     /// linear interpolation, dynamic NTK, YaRN, ..., as editing `rope_scaling` in its
     /// `config.json` would. Each layer keeps its own theta and rotary width (Gemma 3's local and
-    /// global layers stay distinct), and layers with one setting share one table again.
+    /// global layers stay distinct), and layers with one setting share one table again. A layer
+    /// with proportional RoPE (Gemma 4's full layers) keeps it: its "scaling" says which pairs
+    /// turn, with no length to stretch.
     pub fn try_with_rope_scaling(
         mut self,
         scaling: Option<RopeScaling>,
@@ -434,6 +590,12 @@ impl Transformer {
             let Some(rope) = block.attention.rope() else {
                 continue;
             };
+            if matches!(
+                rope.config().scaling,
+                Some(RopeScaling::Proportional { .. })
+            ) {
+                continue;
+            }
             let rope = rope.config().clone().with_scaling(scaling.clone());
             block.attention = block.attention.clone().try_with_rope(rope.clone())?;
             config.attention = config.attention.clone().with_rope(rope);
@@ -684,7 +846,7 @@ impl Transformer {
             (None, _) => None,
         };
 
-        let mut x = self.embedding.forward(ids);
+        let mut x = self.embedding.forward(ids.clone());
         // A table stored in f16 or bf16 (`try_with_weights`) for a model computing in f32.
         if matches!(x.dtype(), DType::F16 | DType::BF16) {
             x = x.cast(DType::F32);
@@ -692,6 +854,9 @@ impl Transformer {
         if let Some(scale) = self.config.embedding_scale {
             x = x * scale;
         }
+        let layers = self.blocks.len();
+        let per_layer = (self.per_layer_embeddings.as_ref())
+            .map(|per_layer| per_layer.forward(ids, x.clone(), layers));
         if let Some(absolute) = &self.positions {
             x = absolute.try_forward(x, positions.clone(), past)?;
         }
@@ -728,6 +893,8 @@ impl Transformer {
         let attention_positions = positions.filter(|_| self.positions.is_none());
         let rotary = self.rotary_angles(attention_positions.as_ref(), past, seq)?;
         let alibi = self.alibi_biases(attention_positions.as_ref(), caches.as_deref(), seq)?;
+        // Each layer's keys, where a later layer reads them (Gemma 4's KV sharing).
+        let mut kept: Vec<Option<SharedKeys>> = (0..layers).map(|_| None).collect();
         for (i, block) in self.blocks.iter().enumerate() {
             let mut attention_inputs = AttentionInputs::new();
             if let Some(angles) = &rotary[i] {
@@ -748,7 +915,25 @@ impl Transformer {
                 attention_inputs = attention_inputs.with_bias(bias.clone());
             }
             let cache = caches.as_deref_mut().map(|caches| &mut caches[i]);
-            x = block.try_forward(x, attention_inputs, cache)?;
+            let keys_from = self.config.blocks[i].keys_from;
+            let layer = LayerInputs {
+                per_layer: per_layer.as_ref().map(|inputs| {
+                    let width = inputs.dims()[3];
+                    inputs.clone().narrow(2, i, 1).reshape([batch, seq, width])
+                }),
+                shared: keys_from.and_then(|source| kept[source].as_ref()),
+                keep_keys: (self.config.blocks).iter().any(|b| b.keys_from == Some(i)),
+            };
+            if keys_from.is_some() && layer.shared.is_none() {
+                return Err(ModelError::config(
+                    format!("blocks[{i}].keys_from"),
+                    format!("{keys_from:?}"),
+                    "must name an earlier layer",
+                ));
+            }
+            let (y, keys) = block.try_forward_layer(x, attention_inputs, cache, layer)?;
+            x = y;
+            kept[i] = keys;
         }
         if outputs == Outputs::Last {
             // The final norm and the head act on each position alone.
@@ -964,6 +1149,8 @@ fn types_checked(types: Tensor<2, Int>, rows: usize) -> Result<Tensor<2, Int>, M
 #[cfg(test)]
 pub(crate) mod tests {
     use attention::{MultiHeadAttentionConfig, PositionalScheme};
+
+    use crate::block::FeedForwardConfig;
     use positional::testing::{assert_close, floats, for_each_backend, once};
 
     use super::*;

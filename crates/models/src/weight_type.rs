@@ -373,7 +373,10 @@ mod tests {
             let q8 = WeightType::Q8.dtype();
             assert_eq!(attention.query.weight.val().dtype(), q8);
             assert_eq!(attention.output.weight.val().dtype(), q8);
-            assert_eq!(attention.key.weight.val().dtype(), DType::F32);
+            assert_eq!(
+                attention.key.as_ref().unwrap().weight.val().dtype(),
+                DType::F32
+            );
             assert_eq!(
                 attention.query.bias.as_ref().unwrap().val().dtype(),
                 DType::F32

@@ -830,15 +830,23 @@ fn word_level_tokenizer(vocab_size: usize, words: &[&str]) -> String {
     .to_string()
 }
 
-/// `context` on the repository's Qwen3.5 reference checkpoint (Gated DeltaNet layers beside
-/// gated attention; random weights, a word-level tokenizer written here), reading the README at
-/// 512 and 1,024 tokens with every scaling: perplexity read through the caches in chunks of 100
-/// tokens (the DeltaNet state carried from chunk to chunk) equals that read in one call, the
-/// scalings change the full layers' RoPE (the perplexities differ), and each length's five keys
-/// are asked from a copy of the caches (a DeltaNet state cannot be truncated back).
+/// `context` on the repository's Qwen3.5 and Gemma 4 reference checkpoints (Gated DeltaNet layers
+/// beside gated attention; layers over other layers' keys beside sliding and full ones; random
+/// weights, a word-level tokenizer written here), reading the README at 512 and 1,024 tokens with
+/// every scaling: perplexity read through the caches in chunks of 100 tokens (the DeltaNet state
+/// carried from chunk to chunk) equals that read in one call, the scalings change the RoPE of the
+/// layers that have a scalable one (Qwen3.5's full layers, Gemma 4's sliding ones: the
+/// perplexities differ), and each length's five keys are asked (from a copy of the caches where
+/// a DeltaNet state or a sliding window cannot be truncated back).
 fn context_study_reads_a_hybrid_model_in_chunks_as_whole(backend: &str) {
-    let model = scratch(&format!("context-qwen3_5-{backend}"));
-    let checkpoint = repository().join("crates/conformance/models/qwen3_5");
+    for (family, model_type) in [("qwen3_5", "qwen3_5_text"), ("gemma4", "gemma4_text")] {
+        context_study_reads_in_chunks_as_whole(backend, family, model_type);
+    }
+}
+
+fn context_study_reads_in_chunks_as_whole(backend: &str, family: &str, model_type: &str) {
+    let model = scratch(&format!("context-{family}-{backend}"));
+    let checkpoint = repository().join("crates/conformance/models").join(family);
     for file in ["config.json", "generation_config.json", "model.safetensors"] {
         std::fs::copy(checkpoint.join(file), model.join(file)).unwrap();
     }
@@ -853,7 +861,7 @@ fn context_study_reads_a_hybrid_model_in_chunks_as_whole(backend: &str) {
     .unwrap();
     let readme = repository().join("README.md");
     let run_with_chunk = |chunk: &str| {
-        let out = scratch(&format!("context-qwen3_5-{backend}-{chunk}"));
+        let out = scratch(&format!("context-{family}-{backend}-{chunk}"));
         let args = [
             "--model",
             model.to_str().unwrap(),
@@ -870,7 +878,7 @@ fn context_study_reads_a_hybrid_model_in_chunks_as_whole(backend: &str) {
         ];
         let table = stdout_of(CONTEXT, &args);
         assert!(
-            table.contains("qwen3_5_text") && table.contains("/5)"),
+            table.contains(model_type) && table.contains("/5)"),
             "{table}"
         );
         let report: ContextReport =
@@ -905,7 +913,7 @@ fn context_study_reads_a_hybrid_model_in_chunks_as_whole(backend: &str) {
     // At 1,024 tokens, four times the training length, the scalings read differently.
     assert!(
         (whole[1] - whole[3]).abs() > 1e-6,
-        "as trained and linear agree: {whole:?}"
+        "{family}: as trained and linear agree: {whole:?}"
     );
     std::fs::remove_dir_all(model).unwrap();
 }

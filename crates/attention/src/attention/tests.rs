@@ -9,7 +9,7 @@ use positional::{
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::{PositionalScheme, QkNormConfig, TemperatureTuningConfig};
+use crate::config::{KeyValues, PositionalScheme, QkNormConfig, TemperatureTuningConfig};
 
 fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
@@ -575,11 +575,16 @@ fn reference_attention(
             .reshape([batch, seq, heads, head_dim])
             .swap_dims(1, 2)
     };
-    let (mut q, mut k, v) = (
-        project(&module.query, heads),
-        project(&module.key, kv_heads),
-        project(&module.value, kv_heads),
-    );
+    let key = module.key.as_ref().expect("a layer with keys of its own");
+    let (mut q, mut k) = (project(&module.query, heads), project(key, kv_heads));
+    // Without a value projection, the values are the key projection's output before its norm.
+    let mut v = match &module.value {
+        Some(value) => project(value, kv_heads),
+        None => k.clone(),
+    };
+    if let Some(eps) = config.value_norm {
+        v = v.clone() / (v.powi_scalar(2).mean_dim(3) + eps).sqrt();
+    }
     if let (Some(qn), Some(kn)) = (&module.query_norm, &module.key_norm) {
         let norm = config.qk_norm.as_ref().unwrap();
         // Over the last axis of `[batch, seq, features]`: a head's, or (across heads) the whole
@@ -735,6 +740,18 @@ fn every_option_equals_the_reference(device: &Device) {
                 .with_temperature_tuning(Some(TemperatureTuningConfig::new(2.0, 0.5))),
         ),
         ("sinks", base().with_sinks(true).with_biases(true)),
+        (
+            "a weightless norm of the values",
+            base().with_value_norm(Some(1e-6)),
+        ),
+        (
+            "values from the key projection, normed apart from the keys (Gemma 4's full layers)",
+            base()
+                .with_scale(Some(1.0))
+                .with_qk_norm(Some(QkNormConfig::new(1e-6)))
+                .with_key_values(KeyValues::FromKeyProjection)
+                .with_value_norm(Some(1e-6)),
+        ),
         (
             "window, sinks, soft-capping and QK-norm together",
             base()
@@ -1055,3 +1072,111 @@ fn the_output_gate_scales_each_heads_context(device: &Device) {
     assert!(gated.try_with_output_gate(weights(16)).is_ok());
 }
 for_each_backend!(the_output_gate_scales_each_heads_context);
+
+/// Gemma 4's KV sharing: a layer over another layer's keys and values equals a layer with its
+/// own queries and that layer's key and value projections, in a whole pass (with padding) and
+/// token by token through the caches, where the window drops keys; every misuse is an error.
+fn a_layer_over_another_layers_keys_equals_one_with_their_projections(device: &Device) {
+    let base = MultiHeadAttentionConfig::new(24, 4)
+        .with_n_kv_heads(Some(2))
+        .with_head_dim(Some(8))
+        .with_causal(true)
+        .with_sliding_window(Some(3))
+        .with_qk_norm(Some(QkNormConfig::new(1e-6)))
+        .with_value_norm(Some(1e-6))
+        .with_positional(PositionalScheme::Rope(RotaryEncodingConfig::new(8)));
+    let owner = base.init(device);
+    let reader = base.clone().with_key_values(KeyValues::Shared).init(device);
+    assert!(reader.key.is_none() && reader.value.is_none() && reader.key_norm.is_none());
+    // The reader's queries with the owner's keys and values, in one layer of its own.
+    let joined = MultiHeadAttention {
+        key: owner.key.clone(),
+        value: owner.value.clone(),
+        key_norm: owner.key_norm.clone(),
+        config: base.clone(),
+        ..reader.clone()
+    };
+    // The shapes of `every_option_equals_the_reference`, whose kernels WGPU has then compiled.
+    let (batch, seq) = (2, 7);
+    let x = random([batch, seq, 24], device);
+    let padding: Vec<bool> = (0..batch * seq).map(|i| i == seq).collect();
+    let mask = Tensor::<2, Bool>::from_data(TensorData::new(padding.clone(), [batch, seq]), device);
+    let (_, keys) = owner
+        .try_forward_sharing(x.clone(), mask.clone(), None)
+        .unwrap();
+    let got = reader
+        .try_forward_shared(x.clone(), mask.clone(), &keys)
+        .unwrap();
+    let want = joined.forward(x.clone(), mask.clone());
+    assert_close(&got.into_data(), &floats(&want.into_data()), 1e-5);
+    let want = joined.forward(x.clone(), None);
+    let reference = reference_attention(&joined, x.clone(), None, None, None);
+    assert_close(
+        &want.clone().into_data(),
+        &floats(&reference.into_data()),
+        2e-5,
+    );
+
+    let (mut owner_cache, mut reader_cache) = (KvCache::new(), KvCache::new());
+    let mut steps = Vec::new();
+    for (start, len) in [(0, 2), (2, 1), (3, 4)] {
+        let chunk = x.clone().narrow(1, start, len);
+        let (_, keys) = owner
+            .try_forward_sharing(chunk.clone(), None, Some(&mut owner_cache))
+            .unwrap();
+        steps.push(reader.try_forward_shared(chunk, None, &keys).unwrap());
+        reader_cache.advance_shared(len).unwrap();
+    }
+    assert_eq!((owner_cache.len(), reader_cache.len()), (seq, seq));
+    assert_close(
+        &Tensor::cat(steps, 1).into_data(),
+        &floats(&want.into_data()),
+        1e-5,
+    );
+    // A cache that only counts goes back as any other, and holds no keys to append to.
+    reader_cache.truncate(2);
+    assert_eq!(reader_cache.len(), 2);
+    let error = reader
+        .try_forward_cached(x.clone(), None, &mut reader_cache)
+        .unwrap_err();
+    assert!(error.to_string().contains("`key_values`"), "{error}");
+    let error = owner
+        .try_forward_shared(x.clone(), None, &keys)
+        .unwrap_err();
+    assert!(error.to_string().contains("`key_values`"), "{error}");
+    let error = reader.try_forward(x.clone(), None).unwrap_err();
+    assert!(error.to_string().contains("`key_values`"), "{error}");
+    // Keys of another call's tokens.
+    let error = reader
+        .try_forward_shared(x.clone().narrow(1, 0, 2), None, &keys)
+        .unwrap_err();
+    assert!(error.to_string().contains("`keys`"), "{error}");
+    let error = base
+        .clone()
+        .with_key_values(KeyValues::Shared)
+        .with_positional(PositionalScheme::Alibi { max_bias: 8.0 })
+        .try_init(device)
+        .unwrap_err();
+    assert!(error.to_string().contains("`key_values`"), "{error}");
+    // Loading: a value projection given to a layer that has none names it.
+    let weights = |rows: usize| LinearWeights {
+        weight: random([rows, 24], device),
+        bias: None,
+    };
+    let error = base
+        .clone()
+        .with_key_values(KeyValues::FromKeyProjection)
+        .init(device)
+        .try_with_pytorch_projections(
+            weights(32),
+            Some(weights(16)),
+            Some(weights(16)),
+            LinearWeights {
+                weight: random([24, 32], device),
+                bias: None,
+            },
+        )
+        .unwrap_err();
+    assert!(error.to_string().contains("`value`"), "{error}");
+}
+for_each_backend!(a_layer_over_another_layers_keys_equals_one_with_their_projections);

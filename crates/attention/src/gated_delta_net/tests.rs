@@ -185,12 +185,8 @@ fn chunked_and_recurrent_forms_equal_the_float64_reference(device: &Device) {
     // The whole prompt: three chunks of 4, the last one padded.
     let whole = layer.forward(x.clone(), None);
     assert_close(&whole.into_data(), &want, 1e-4);
-    // A chunk longer than the prompt, and chunks of 1.
-    for chunk in [64, 1] {
-        let mut other = layer.clone();
-        other.config.chunk = chunk;
-        assert_close(&other.forward(x.clone(), None).into_data(), &want, 1e-4);
-    }
+    // Other chunk sizes (longer than the prompt, 1, ...) are `any_chunks_and_calls_give_the_reference`'s
+    // on one backend: on WGPU each size's kernels are compiled anew.
     // Token by token through the cache: the recurrence, the convolution's inputs carried.
     let mut cache = KvCache::new();
     let steps: Vec<_> = (0..SEQ)

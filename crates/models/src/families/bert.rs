@@ -153,6 +153,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: None,
         pooler: Some("pooler.dense"),
         linear_attention: None,
+        per_layer: None,
+        layer_scalar: None,
         // Checkpoints saved before transformers 4.31 keep `arange` as a buffer.
         ignored: vec!["embeddings.position_ids"],
         skipped: vec![],

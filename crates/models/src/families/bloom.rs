@@ -92,6 +92,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: Some("lm_head"),
         pooler: None,
         linear_attention: None,
+        per_layer: None,
+        layer_scalar: None,
         ignored: vec![],
         skipped: vec![],
     })

@@ -22,6 +22,7 @@ use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
 use crate::huggingface::{
     AttentionNames, ExpertNames, ExpertTensors, HuggingFaceConfig, ProjectionLayout, TensorNames,
 };
+use crate::mlp::Activation;
 use crate::transformer::TransformerConfig;
 
 use super::llama::{self, Llama};
@@ -114,7 +115,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
             "must equal num_attention_heads: latent attention expands a key and a value per head",
         )?;
     }
-    // The experts and the shared experts are SwiGLUs here (`ExpertMlp::Swiglu`).
+    // The experts and the shared experts are SwiGLUs here (`ExpertMlp::Gated(Activation::Silu)`).
     refuse(
         "hidden_act",
         deepseek.hidden_act.as_str(),
@@ -175,7 +176,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
             normalize: deepseek.norm_topk_prob,
             scale: deepseek.routed_scaling_factor,
         })
-        .with_expert(ExpertMlp::Swiglu)
+        .with_expert(ExpertMlp::Gated(Activation::Silu))
         .with_bias(false)
         .with_shared_d_ff(Some(
             deepseek.moe_intermediate_size * deepseek.n_shared_experts,
@@ -256,6 +257,8 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
             experts: ExpertTensors::PerExpert,
             shared: "shared_experts.",
             shared_gate: None,
+            router_scales: None,
+            beside_mlp_norms: None,
         }),
         ..llama::names(file)?
     })

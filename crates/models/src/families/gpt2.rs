@@ -135,6 +135,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: Some("lm_head"),
         pooler: None,
         linear_attention: None,
+        per_layer: None,
+        layer_scalar: None,
         // The causal-mask buffers older checkpoints carry.
         ignored: vec![".attn.bias", ".attn.masked_bias"],
         skipped: vec![],

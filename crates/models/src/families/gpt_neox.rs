@@ -99,6 +99,8 @@ pub(super) fn names(_: &HuggingFaceConfig) -> Result<TensorNames, ModelError> {
         lm_head: Some("embed_out"),
         pooler: None,
         linear_attention: None,
+        per_layer: None,
+        layer_scalar: None,
         // Older checkpoints carry the causal mask and RoPE's frequencies as buffers.
         ignored: vec![
             "rotary_emb.inv_freq",

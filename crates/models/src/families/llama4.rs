@@ -88,8 +88,8 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
              num_attention_heads)",
         ));
     }
-    // transformers applies `hidden_act` in every MLP; ours are SwiGLUs (`ExpertMlp::Swiglu`, a
-    // SiLU shared expert), so another activation is refused rather than ignored.
+    // transformers applies `hidden_act` in every MLP; ours are SwiGLUs (`ExpertMlp::Gated` of
+    // SiLU, a SiLU shared expert), so another activation is refused rather than ignored.
     refuse(
         "hidden_act",
         llama4.hidden_act.as_str(),
@@ -182,7 +182,7 @@ pub(super) fn architecture(file: &HuggingFaceConfig) -> Result<TransformerConfig
             llama4.num_experts_per_tok,
         )
         .with_routing(Routing::SigmoidScalesInput)
-        .with_expert(ExpertMlp::Swiglu)
+        .with_expert(ExpertMlp::Gated(Activation::Silu))
         .with_bias(false)
         .with_shared_d_ff(Some(llama4.intermediate_size)),
     );

@@ -13,6 +13,7 @@ mod cohere2;
 mod deepseek_v3;
 mod gemma2;
 mod gemma3;
+mod gemma4;
 mod glm4;
 mod gpt2;
 mod gpt_neox;
@@ -60,7 +61,7 @@ const fn entry(
 }
 
 /// Every family, by `model_type`.
-const FAMILIES: [Entry; 26] = [
+const FAMILIES: [Entry; 28] = [
     entry("llama", llama::names, llama::architecture),
     entry("mistral", llama::names, mistral::architecture),
     entry("qwen2", llama::names, qwen2::architecture),
@@ -83,6 +84,9 @@ const FAMILIES: [Entry; 26] = [
     entry("gemma3_text", gemma3::names, gemma3::architecture),
     // A multimodal Gemma 3's `config.json` whose text settings sit at the top level.
     entry("gemma3", gemma3::names, gemma3::architecture),
+    entry("gemma4_text", gemma4::names, gemma4::architecture),
+    // The released multimodal checkpoints, read as their text models.
+    entry("gemma4", gemma4::vl_names, gemma4::vl_architecture),
     entry("gpt_oss", gpt_oss::names, gpt_oss::architecture),
     entry("smollm3", smollm3::names, smollm3::architecture),
     entry("llama4_text", llama4::names, llama4::architecture),

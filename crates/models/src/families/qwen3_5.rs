@@ -26,6 +26,7 @@ use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
 use crate::huggingface::{
     ExpertNames, ExpertTensors, HuggingFaceConfig, LinearAttentionNames, TensorNames,
 };
+use crate::mlp::Activation;
 use crate::norm::{NormConfig, NormKind};
 use crate::transformer::TransformerConfig;
 
@@ -185,7 +186,7 @@ fn read(
                 moe.num_experts_per_tok,
             )
             .with_routing(Routing::SoftmaxOfTopK)
-            .with_expert(ExpertMlp::Swiglu)
+            .with_expert(ExpertMlp::Gated(Activation::Silu))
             .with_bias(false)
             .with_shared_d_ff(Some(moe.shared_expert_intermediate_size))
             .with_shared_gate(true),
@@ -279,6 +280,8 @@ pub(super) fn moe_names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelEr
             experts: ExpertTensors::PerExpert,
             shared: "shared_expert.",
             shared_gate: Some("shared_expert_gate"),
+            router_scales: None,
+            beside_mlp_norms: None,
         }),
         ..names(file)?
     })

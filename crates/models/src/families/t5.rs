@@ -148,6 +148,8 @@ pub(super) fn names(file: &HuggingFaceConfig) -> Result<TensorNames, ModelError>
         lm_head: None,
         pooler: None,
         linear_attention: None,
+        per_layer: None,
+        layer_scalar: None,
         // `T5EncoderModel` saves the shared table again under the encoder.
         ignored: vec!["encoder.embed_tokens.weight"],
         skipped: vec![],

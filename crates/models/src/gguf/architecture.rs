@@ -179,6 +179,36 @@ const GEMMA_LAYER: &[(&str, &str)] = &[
     ("ffn_down", "mlp.down_proj"),
 ];
 
+/// Gemma 4's layer (llama.cpp `LLM_ARCH_GEMMA4`): Gemma 3's, with experts beside the MLP (their
+/// router's scales stored as `.scale`s), the per-layer input and the layer scalar.
+const GEMMA4_LAYER: &[(&str, &str)] = &[
+    ("attn_norm", "input_layernorm"),
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("post_attention_norm", "post_attention_layernorm"),
+    ("ffn_norm", "pre_feedforward_layernorm"),
+    ("post_ffw_norm", "post_feedforward_layernorm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("post_ffw_norm_1", "post_feedforward_layernorm_1"),
+    ("pre_ffw_norm_2", "pre_feedforward_layernorm_2"),
+    ("post_ffw_norm_2", "post_feedforward_layernorm_2"),
+    ("ffn_gate_inp", "router.proj"),
+    ("ffn_gate_inp.scale", "router.scale"),
+    ("ffn_down_exps.scale", "router.per_expert_scale"),
+    ("ffn_gate_up_exps", "experts.gate_up_proj"),
+    ("ffn_down_exps", "experts.down_proj"),
+    ("inp_gate", "per_layer_input_gate"),
+    ("proj", "per_layer_projection"),
+    ("post_norm", "post_per_layer_input_norm"),
+    ("layer_output_scale", "layer_scalar"),
+];
+
 /// Phi-3's layer: fused `qkv_proj` and `gate_up_proj` (llama.cpp's `ffn_up` holds both).
 const PHI3_LAYER: &[(&str, &str)] = &[
     ("attn_norm", "input_layernorm"),
@@ -320,7 +350,7 @@ const QWEN35_LAYER: &[(&str, &str)] = &[
 
 /// Hugging Face parameters stored without a `.weight` suffix (their bias, where they have one, is
 /// `{name}_bias`; a GGUF tensor without a suffix, `ssm_a`, is the parameter itself).
-const BARE_PARAMETERS: [&str; 8] = [
+const BARE_PARAMETERS: [&str; 13] = [
     "self_attn.sinks",
     "mlp.experts.gate_up_proj",
     "mlp.experts.down_proj",
@@ -331,6 +361,13 @@ const BARE_PARAMETERS: [&str; 8] = [
     // Qwen3.5's `dt_bias` (`ssm_dt.bias`) and `A_log` (`ssm_a`).
     "linear_attn.dt",
     "linear_attn.A_log",
+    // Gemma 4's experts, its router's scales (`ffn_gate_inp.scale`, `ffn_down_exps.scale`) and
+    // `layer_scalar` (`layer_output_scale.weight`).
+    "experts.gate_up_proj",
+    "experts.down_proj",
+    "router.scale",
+    "router.per_expert_scale",
+    "layer_scalar",
 ];
 
 /// Llama 4's text layer: Llama's attention (its q/k rows as stored: Llama 4 turns adjacent
@@ -560,6 +597,24 @@ pub(crate) const ARCHITECTURES: &[Architecture] = &[
         layer_tensors: |_| GEMMA_LAYER,
         transform: norms_plus_one,
         config: config::gemma3,
+    },
+    Architecture {
+        gguf: "gemma4",
+        global_tensors: &[
+            ("token_embd", "model.embed_tokens"),
+            ("output_norm", "model.norm"),
+            ("output", "lm_head"),
+            ("per_layer_token_embd", "model.embed_tokens_per_layer"),
+            ("per_layer_model_proj", "model.per_layer_model_projection"),
+            ("per_layer_proj_norm", "model.per_layer_projection_norm"),
+        ],
+        layer_prefix: "model.layers",
+        gguf_layer_prefix: "blk",
+        layer_tensors: |_| GEMMA4_LAYER,
+        // Gemma 4's norms multiply by `w` (no shift) and its experts are stored as transformers
+        // keeps them.
+        transform: as_stored,
+        config: config::gemma4,
     },
     Architecture {
         gguf: "gpt2",

@@ -685,6 +685,198 @@ pub(crate) fn gemma3(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
     Ok(config)
 }
 
+/// Gemma 4 (`gemma4_text`): the layer types from `attention.sliding_window_pattern` (true:
+/// sliding), each type's head width (`attention.key_length_swa`, `key_length`), key heads (one
+/// count per layer) and RoPE (`rope.freq_base_swa`; proportional on the full layers, whose turning
+/// pairs are those `rope_freqs` leaves at 1 where the rest are stopped by 1e30); values from the
+/// key projection where the full layers store no `attn_v`; KV sharing
+/// (`attention.shared_kv_layers`) with MLPs twice as wide there (`feed_forward_length` per
+/// layer); per-layer inputs (`embedding_length_per_layer_input`); experts beside the MLPs where
+/// the file has a router (`ffn_gate_inp`).
+pub(crate) fn gemma4(h: &Hparams) -> Result<Map<String, Json>, ModelError> {
+    let mut config = h.family_config(
+        "gemma4_text",
+        &[
+            ("embedding_length", "hidden_size"),
+            ("block_count", "num_hidden_layers"),
+            ("attention.head_count", "num_attention_heads"),
+        ],
+        &[
+            ("context_length", "max_position_embeddings"),
+            ("attention.layer_norm_rms_epsilon", "rms_norm_eps"),
+            ("attention.sliding_window", "sliding_window"),
+            ("final_logit_softcapping", "final_logit_softcapping"),
+        ],
+    )?;
+    let layers = h.required("block_count")?;
+    let sliding = layer_flags(h, "attention.sliding_window_pattern", 6)?;
+    let types: Vec<&str> = sliding
+        .iter()
+        .map(|&sliding| match sliding {
+            true => "sliding_attention",
+            false => "full_attention",
+        })
+        .collect();
+    config.insert("layer_types".into(), json!(types));
+    let shared = h.usize("attention.shared_kv_layers")?.unwrap_or(0);
+    config.insert("num_kv_shared_layers".into(), json!(shared));
+    let first_shared = layers.saturating_sub(shared);
+    let head_dim = h.required("attention.key_length_swa")?;
+    let global_head_dim = h.required("attention.key_length")?;
+    for (suffix, key_width) in [
+        ("attention.value_length_swa", head_dim),
+        ("attention.value_length", global_head_dim),
+    ] {
+        if let Some(width) = h.usize(suffix)?
+            && width != key_width
+        {
+            return Err(ModelError::config(
+                h.key(suffix),
+                width,
+                format!("must equal the key width {key_width} (Gemma 4's values are as wide)"),
+            ));
+        }
+    }
+    config.insert("head_dim".into(), json!(head_dim));
+    config.insert("global_head_dim".into(), json!(global_head_dim));
+    let heads = h.required("attention.head_count")?;
+    let kv_heads =
+        per_layer_counts(h, "attention.head_count_kv", layers)?.unwrap_or(vec![heads; layers]);
+    let kv_of = |sliding_layer: bool| {
+        (0..layers)
+            .find(|&i| sliding[i] == sliding_layer)
+            .map(|i| kv_heads[i])
+    };
+    let (sliding_kv, full_kv) = (kv_of(true), kv_of(false));
+    config.insert("num_key_value_heads".into(), json!(sliding_kv.or(full_kv)));
+    // The values are the keys on full layers that store no value projection.
+    let k_eq_v = (0..first_shared)
+        .find(|&i| !sliding[i])
+        .is_some_and(|i| !h.has_tensor(&format!("blk.{i}.attn_v.weight")));
+    config.insert("attention_k_eq_v".into(), json!(k_eq_v));
+    match (k_eq_v, sliding_kv, full_kv) {
+        (true, _, Some(full)) => {
+            config.insert("num_global_key_value_heads".into(), json!(full));
+        }
+        (false, Some(sliding), Some(full)) if sliding != full => {
+            return Err(ModelError::config(
+                h.key("attention.head_count_kv"),
+                json!(kv_heads),
+                "gives full layers with value projections other key heads than sliding ones, \
+                 which Gemma 4's config cannot say",
+            ));
+        }
+        _ => {}
+    }
+    for (layer, &count) in kv_heads.iter().enumerate() {
+        if Some(count) != kv_of(sliding[layer]) {
+            return Err(ModelError::config(
+                h.key("attention.head_count_kv"),
+                json!(kv_heads),
+                "must give every layer of a type the same key heads",
+            ));
+        }
+    }
+    let widths = per_layer_counts(h, "feed_forward_length", layers)?.ok_or_else(|| {
+        ModelError::input("metadata", h.key("feed_forward_length"), "is required")
+    })?;
+    let d_ff = widths[0];
+    let double_wide = shared > 0 && widths[first_shared..].iter().all(|&w| w == 2 * d_ff);
+    let expected = |layer: usize| match double_wide && layer >= first_shared {
+        true => 2 * d_ff,
+        false => d_ff,
+    };
+    if (0..layers).any(|layer| widths[layer] != expected(layer)) {
+        return Err(ModelError::config(
+            h.key("feed_forward_length"),
+            json!(widths),
+            "must be one width, or twice it on the KV-sharing layers (use_double_wide_mlp)",
+        ));
+    }
+    config.insert("intermediate_size".into(), json!(d_ff));
+    config.insert("use_double_wide_mlp".into(), json!(double_wide));
+    let per_layer = h.usize("embedding_length_per_layer_input")?.unwrap_or(0);
+    config.insert("hidden_size_per_layer_input".into(), json!(per_layer));
+    config.insert(
+        "vocab_size_per_layer_input".into(),
+        config["vocab_size"].clone(),
+    );
+    let moe = h.has_tensor("blk.0.ffn_gate_inp.weight");
+    config.insert("enable_moe_block".into(), json!(moe));
+    if moe {
+        for (suffix, field) in [
+            ("expert_count", "num_experts"),
+            ("expert_used_count", "top_k_experts"),
+            ("expert_feed_forward_length", "moe_intermediate_size"),
+        ] {
+            config.insert(field.into(), json!(h.required(suffix)?));
+        }
+    }
+    // Proportional RoPE on the full layers: the pairs llama.cpp does not stop turn.
+    let turning = match h.factors("rope_freqs.weight")? {
+        Some(factors) => {
+            if let Some(other) = factors.iter().find(|&&f| f != 1.0 && f < 1e29) {
+                return Err(ModelError::config(
+                    "rope_freqs.weight",
+                    *other,
+                    "must hold 1 (a turning pair) or 1e30 (a stopped one) for Gemma 4's \
+                     proportional RoPE",
+                ));
+            }
+            factors.iter().filter(|&&f| f == 1.0).count()
+        }
+        None => global_head_dim / 2,
+    };
+    let swa_rotary = h.usize("rope.dimension_count_swa")?.unwrap_or(head_dim);
+    config.insert(
+        "rope_parameters".into(),
+        json!({
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": h.f64("rope.freq_base_swa")?.unwrap_or(10_000.0),
+                "partial_rotary_factor": swa_rotary as f64 / head_dim as f64,
+            },
+            "full_attention": {
+                "rope_type": "proportional",
+                "rope_theta": h.f64("rope.freq_base")?.unwrap_or(1_000_000.0),
+                "partial_rotary_factor": (2 * turning) as f64 / global_head_dim as f64,
+            },
+        }),
+    );
+    Ok(config)
+}
+
+/// `{arch}.{suffix}`, one count for every layer or one per layer (llama.cpp's `get_key_or_arr`).
+fn per_layer_counts(
+    h: &Hparams,
+    suffix: &str,
+    layers: usize,
+) -> Result<Option<Vec<usize>>, ModelError> {
+    let as_count = |v: &Value| v.as_u64().and_then(|v| usize::try_from(v).ok());
+    match h.get(suffix) {
+        None => Ok(None),
+        Some(Value::Array(values)) => {
+            let counts: Option<Vec<usize>> = values.iter().map(as_count).collect();
+            match counts {
+                Some(counts) if counts.len() == layers && !counts.is_empty() => Ok(Some(counts)),
+                _ => Err(ModelError::input(
+                    h.key(suffix),
+                    values.len(),
+                    format!("must hold one non-negative integer per layer ({layers})"),
+                )),
+            }
+        }
+        Some(value) => match as_count(value) {
+            Some(count) => Ok(Some(vec![count; layers])),
+            None => Err(ModelError::input(
+                h.key(suffix),
+                value,
+                "must be a non-negative integer or one per layer",
+            )),
+        },
+    }
+}
+
 /// `rope_parameters` per layer type: the full layers keep the file's (scaling included), the
 /// sliding layers plain RoPE at `local_theta`. One entry per layer type the model has (the
 /// family refuses settings for a type no layer has, as transformers validates them).

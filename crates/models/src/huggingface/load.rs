@@ -16,14 +16,21 @@ use super::names::{
     AttentionNames, ExpertTensors, FusedOrder, LinearAttentionNames, MlpNames, ProjectionLayout,
     TensorNames,
 };
-use crate::block::{Block, FeedForward, FeedForwardConfig, SelfAttention, SelfAttentionConfig};
+use crate::block::{
+    Block, DenseAndExperts, FeedForward, FeedForwardConfig, PerLayerInput, SelfAttention,
+    SelfAttentionConfig,
+};
 use crate::error::ModelError;
+use crate::experts::{MixtureOfExperts, MixtureOfExpertsConfig};
 use crate::families::Family;
 use crate::mlp::linear_from_pytorch;
+use crate::mlp::{Mlp, MlpConfig};
 use crate::norm::{Norm, NormConfig};
-use crate::transformer::{AbsolutePositions, AbsolutePositionsConfig, OutputHead, Transformer};
+use crate::transformer::{
+    AbsolutePositions, AbsolutePositionsConfig, OutputHead, PerLayerEmbeddings, Transformer,
+};
 use attention::{
-    GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights, LatentAttentionWeights,
+    GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights, KeyValues, LatentAttentionWeights,
     LatentQueryWeights, LinearWeights, MultiHeadAttention, MultiHeadAttentionConfig,
     MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
@@ -223,6 +230,165 @@ impl<'a> Loader<'a> {
         )
     }
 
+    /// The routed experts of the layer under `prefix`.
+    fn experts(
+        &mut self,
+        names: &TensorNames,
+        model_type: &str,
+        prefix: &str,
+        experts: &MixtureOfExpertsConfig,
+    ) -> Result<MixtureOfExperts, ModelError> {
+        let d = experts.d_model;
+        let expert_names = names.experts.ok_or_else(|| {
+            ModelError::config(
+                "model_type",
+                model_type,
+                "names no experts for a layer that has them",
+            )
+        })?;
+        let at = |name: &str| format!("{prefix}{}{name}", expert_names.prefix);
+        let (bias, e, f) = (experts.bias, experts.experts, experts.d_ff);
+        let router = self.linear(&at(expert_names.router), bias, [e, d])?;
+        let score_bias = match (expert_names.score_bias, experts.has_score_bias()) {
+            (Some(name), true) => Some(self.tensor::<1>(&at(name))?),
+            _ => None,
+        };
+        // A GGUF file holds per-expert checkpoints' experts stacked, as fused ones.
+        let fused = expert_names.experts != ExpertTensors::PerExpert
+            || self.checkpoint.contains(&at("experts.gate_up_proj"));
+        // Gemma 4's `[experts, out, in]`, transposed to Burn's `[experts, in, out]`.
+        let out_in = expert_names.experts == ExpertTensors::FusedOutIn;
+        let (gate_up, down) = match fused {
+            true => {
+                let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
+                    let weight = loader.tensor::<3>(&at(name))?;
+                    // Stored row-major once, at load (see `attention::row_major`).
+                    let weight = match out_in {
+                        true => {
+                            let [experts, rows, columns] = weight.dims();
+                            weight.swap_dims(1, 2).reshape([experts, columns, rows])
+                        }
+                        false => weight,
+                    };
+                    let bias = match bias {
+                        true => Some(loader.tensor::<2>(&at(&format!("{name}_bias")))?),
+                        false => None,
+                    };
+                    Ok((weight, bias))
+                };
+                (
+                    pair(self, "experts.gate_up_proj")?,
+                    pair(self, "experts.down_proj")?,
+                )
+            }
+            false => {
+                // Burn's [in, out] weights, stacked: the gate's columns, then up's.
+                let (mut gate_ups, mut downs) = (Vec::new(), Vec::new());
+                for expert in 0..e {
+                    let mut linear = |name: &str, shape: [usize; 2]| {
+                        let name = at(&format!("experts.{expert}.{name}"));
+                        self.linear(&name, bias, shape)
+                            .map(|linear| linear.weight.val().unsqueeze::<3>())
+                    };
+                    let gate = linear("gate_proj", [f, d])?;
+                    let up = linear("up_proj", [f, d])?;
+                    gate_ups.push(Tensor::cat(vec![gate, up], 2));
+                    downs.push(linear("down_proj", [d, f])?);
+                }
+                (
+                    (Tensor::cat(gate_ups, 0), None),
+                    (Tensor::cat(downs, 0), None),
+                )
+            }
+        };
+        let shared = match experts.shared_mlp() {
+            Some(mlp) => {
+                let f = mlp.d_ff;
+                let shared = |name: &str| at(&format!("{}{name}", expert_names.shared));
+                let gate = self.linear(&shared("gate_proj"), false, [f, d])?;
+                let up = self.linear(&shared("up_proj"), false, [f, d])?;
+                let down = self.linear(&shared("down_proj"), false, [d, f])?;
+                Some(mlp.try_init_with(Some(gate), up, down)?)
+            }
+            None => None,
+        };
+        let block = experts.try_init_with(router, score_bias, gate_up, down, shared)?;
+        let block = match (experts.shared_gate, expert_names.shared_gate) {
+            (true, Some(name)) => {
+                block.try_with_shared_gate(self.linear(&at(name), false, [1, d])?)?
+            }
+            (true, None) => {
+                return Err(ModelError::config(
+                    "model_type",
+                    model_type,
+                    "names no shared expert gate for a block that has one",
+                ));
+            }
+            (false, _) => block,
+        };
+        let (scale, per_expert) = expert_names.router_scales.unzip();
+        let router_scale = match (experts.router_norm, scale) {
+            (Some(_), Some(name)) => Some(self.tensor::<1>(&at(name))?),
+            _ => None,
+        };
+        let expert_scales = match (experts.expert_scales, per_expert) {
+            (true, Some(name)) => Some(self.tensor::<1>(&at(name))?),
+            _ => None,
+        };
+        block.try_with_router_scales(router_scale, expert_scales)
+    }
+
+    /// The dense MLP of the layer under `prefix`.
+    fn mlp(
+        &mut self,
+        names: &TensorNames,
+        prefix: &str,
+        mlp: &MlpConfig,
+    ) -> Result<Mlp, ModelError> {
+        let at = |name: &str| format!("{prefix}{name}");
+        let d = mlp.d_model;
+        let (f, bias) = (mlp.d_ff, mlp.bias);
+        let (gate, up, down) = match names.mlp {
+            MlpNames::Separate { gate, up, down } => (
+                match (gate, mlp.gated) {
+                    (Some(gate), true) => Some(self.linear(&at(gate), bias, [f, d])?),
+                    _ => None,
+                },
+                self.linear(&at(up), bias, [f, d])?,
+                self.linear(&at(down), bias, [d, f])?,
+            ),
+            MlpNames::FusedGateUp { gate_up, down } => {
+                let fused = self.linear(&at(gate_up), bias, [2 * f, d])?;
+                // Burn's weight is [in, out]: the gate's columns, then up's.
+                let split =
+                    |part: usize| Linear {
+                        weight: Param::from_tensor(attention::row_major(
+                            fused.weight.val().narrow(1, part * f, f),
+                        )),
+                        bias: fused
+                            .bias
+                            .as_ref()
+                            .map(|b| Param::from_tensor(b.val().narrow(0, part * f, f))),
+                    };
+                (
+                    Some(split(0)),
+                    split(1),
+                    self.linear(&at(down), bias, [d, f])?,
+                )
+            }
+            MlpNames::Conv1D { up, down } => {
+                // Conv1D keeps [in, out], Burn's own layout.
+                let mut conv = |name: &str, shape: [usize; 2]| {
+                    let weight = self.tensor::<2>(&format!("{name}.weight"))?;
+                    let bias = self.tensor::<1>(&format!("{name}.bias"))?;
+                    linear_from_pytorch(name, weight.transpose(), Some(bias), shape)
+                };
+                (None, conv(&at(up), [f, d])?, conv(&at(down), [d, f])?)
+            }
+        };
+        mlp.try_init_with(gate, up, down)
+    }
+
     fn model(mut self, family: Family) -> Result<Transformer, ModelError> {
         let Family {
             model_type,
@@ -311,125 +477,63 @@ impl<'a> Loader<'a> {
                 (post_attention_norm?, post_feed_forward_norm?);
             let feed_forward = match &block.feed_forward {
                 FeedForwardConfig::Experts(experts) => {
-                    let expert_names = names.experts.ok_or_else(|| {
-                        ModelError::config(
-                            "model_type",
-                            &model_type,
-                            "names no experts for a layer that has them",
-                        )
-                    })?;
-                    let at = |name: &str| format!("{}{}{name}", at(""), expert_names.prefix);
-                    let (bias, e, f) = (experts.bias, experts.experts, experts.d_ff);
-                    let router = self.linear(&at(expert_names.router), bias, [e, d])?;
-                    let score_bias = match (expert_names.score_bias, experts.has_score_bias()) {
-                        (Some(name), true) => Some(self.tensor::<1>(&at(name))?),
-                        _ => None,
-                    };
-                    // A GGUF file holds per-expert checkpoints' experts stacked, as fused ones.
-                    let fused = expert_names.experts == ExpertTensors::Fused
-                        || self.checkpoint.contains(&at("experts.gate_up_proj"));
-                    let (gate_up, down) = match fused {
-                        true => {
-                            let pair = |loader: &mut Self, name: &str| -> Result<_, ModelError> {
-                                let weight = loader.tensor::<3>(&at(name))?;
-                                let bias = match bias {
-                                    true => Some(loader.tensor::<2>(&at(&format!("{name}_bias")))?),
-                                    false => None,
-                                };
-                                Ok((weight, bias))
-                            };
-                            (
-                                pair(&mut self, "experts.gate_up_proj")?,
-                                pair(&mut self, "experts.down_proj")?,
-                            )
-                        }
-                        false => {
-                            // Burn's [in, out] weights, stacked: the gate's columns, then up's.
-                            let (mut gate_ups, mut downs) = (Vec::new(), Vec::new());
-                            for expert in 0..e {
-                                let mut linear = |name: &str, shape: [usize; 2]| {
-                                    let name = at(&format!("experts.{expert}.{name}"));
-                                    self.linear(&name, bias, shape)
-                                        .map(|linear| linear.weight.val().unsqueeze::<3>())
-                                };
-                                let gate = linear("gate_proj", [f, d])?;
-                                let up = linear("up_proj", [f, d])?;
-                                gate_ups.push(Tensor::cat(vec![gate, up], 2));
-                                downs.push(linear("down_proj", [d, f])?);
-                            }
-                            (
-                                (Tensor::cat(gate_ups, 0), None),
-                                (Tensor::cat(downs, 0), None),
-                            )
-                        }
-                    };
-                    let shared = match experts.shared_mlp() {
-                        Some(mlp) => {
-                            let f = mlp.d_ff;
-                            let shared = |name: &str| at(&format!("{}{name}", expert_names.shared));
-                            let gate = self.linear(&shared("gate_proj"), false, [f, d])?;
-                            let up = self.linear(&shared("up_proj"), false, [f, d])?;
-                            let down = self.linear(&shared("down_proj"), false, [d, f])?;
-                            Some(mlp.try_init_with(Some(gate), up, down)?)
-                        }
-                        None => None,
-                    };
-                    let block = experts.try_init_with(router, score_bias, gate_up, down, shared)?;
-                    FeedForward::Experts(match (experts.shared_gate, expert_names.shared_gate) {
-                        (true, Some(name)) => {
-                            block.try_with_shared_gate(self.linear(&at(name), false, [1, d])?)?
-                        }
-                        (true, None) => {
-                            return Err(ModelError::config(
+                    FeedForward::Experts(self.experts(names, &model_type, &prefix, experts)?)
+                }
+                FeedForwardConfig::Dense(mlp) => FeedForward::Dense(self.mlp(names, &prefix, mlp)?),
+                FeedForwardConfig::DenseAndExperts(both) => {
+                    let [mlp_norm, experts_input_norm, experts_norm] = (names.experts)
+                        .and_then(|experts| experts.beside_mlp_norms)
+                        .ok_or_else(|| {
+                            ModelError::config(
                                 "model_type",
                                 &model_type,
-                                "names no shared expert gate for a block that has one",
-                            ));
-                        }
-                        (false, _) => block,
+                                "names no norms of experts beside an MLP for a layer that has them",
+                            )
+                        })?;
+                    FeedForward::DenseAndExperts(DenseAndExperts {
+                        mlp: self.mlp(names, &prefix, &both.mlp)?,
+                        mlp_norm: self.norm(&at(mlp_norm), &both.norm)?,
+                        experts_input_norm: self.norm(&at(experts_input_norm), &both.norm)?,
+                        experts: self.experts(names, &model_type, &prefix, &both.experts)?,
+                        experts_norm: self.norm(&at(experts_norm), &both.norm)?,
                     })
                 }
-                FeedForwardConfig::Dense(mlp) => {
-                    let (f, bias) = (mlp.d_ff, mlp.bias);
-                    let (gate, up, down) = match names.mlp {
-                        MlpNames::Separate { gate, up, down } => (
-                            match (gate, mlp.gated) {
-                                (Some(gate), true) => Some(self.linear(&at(gate), bias, [f, d])?),
-                                _ => None,
-                            },
-                            self.linear(&at(up), bias, [f, d])?,
-                            self.linear(&at(down), bias, [d, f])?,
-                        ),
-                        MlpNames::FusedGateUp { gate_up, down } => {
-                            let fused = self.linear(&at(gate_up), bias, [2 * f, d])?;
-                            // Burn's weight is [in, out]: the gate's columns, then up's.
-                            let split = |part: usize| Linear {
-                                weight: Param::from_tensor(attention::row_major(
-                                    fused.weight.val().narrow(1, part * f, f),
-                                )),
-                                bias: fused
-                                    .bias
-                                    .as_ref()
-                                    .map(|b| Param::from_tensor(b.val().narrow(0, part * f, f))),
-                            };
-                            (
-                                Some(split(0)),
-                                split(1),
-                                self.linear(&at(down), bias, [d, f])?,
-                            )
-                        }
-                        MlpNames::Conv1D { up, down } => {
-                            // Conv1D keeps [in, out], Burn's own layout.
-                            let mut conv = |name: &str, shape: [usize; 2]| {
-                                let weight = self.tensor::<2>(&format!("{name}.weight"))?;
-                                let bias = self.tensor::<1>(&format!("{name}.bias"))?;
-                                linear_from_pytorch(name, weight.transpose(), Some(bias), shape)
-                            };
-                            (None, conv(&at(up), [f, d])?, conv(&at(down), [d, f])?)
-                        }
-                    };
-                    FeedForward::Dense(mlp.try_init_with(gate, up, down)?)
+            };
+            let per_layer_input = match (&block.per_layer_input, names.per_layer) {
+                (Some(input), Some(per_layer)) => {
+                    let width = input.width;
+                    Some(PerLayerInput {
+                        gate: self.linear(&at(per_layer.gate), false, [width, d])?,
+                        projection: self.linear(
+                            &at(per_layer.layer_projection),
+                            false,
+                            [d, width],
+                        )?,
+                        norm: self.norm(&at(per_layer.layer_norm), &block.norm)?,
+                        activation: input.activation,
+                    })
                 }
+                (Some(_), None) => {
+                    return Err(ModelError::config(
+                        "model_type",
+                        &model_type,
+                        "names no per-layer input for a layer that has one",
+                    ));
+                }
+                (None, _) => None,
+            };
+            let scalar = match (block.layer_scalar, names.layer_scalar) {
+                (true, Some(name)) => {
+                    Some(head_weight(self.checkpoint, &at(name), 1, self.device)?)
+                }
+                (true, None) => {
+                    return Err(ModelError::config(
+                        "model_type",
+                        &model_type,
+                        "names no layer scalar for a layer that has one",
+                    ));
+                }
+                (false, _) => None,
             };
             blocks.push(weights.store_linear_weights(Block {
                 attention,
@@ -438,10 +542,35 @@ impl<'a> Loader<'a> {
                 post_attention_norm,
                 post_feed_forward_norm,
                 feed_forward,
+                per_layer_input,
+                scalar,
                 layout: block.layout,
             }));
         }
         crate::transformer::share_rope_tables(&mut blocks);
+        let per_layer_embeddings = match (&architecture.per_layer_embeddings, names.per_layer) {
+            (Some(config), Some(per_layer)) => {
+                let packed = config.width * architecture.blocks.len();
+                let mut table =
+                    self.embedding(&self.rooted(per_layer.table), [config.vocab_size, packed])?;
+                table.weight = table.weight.map(|table| weights.store_table(table));
+                let projection =
+                    self.linear(&self.rooted(per_layer.projection), false, [packed, d])?;
+                Some(PerLayerEmbeddings {
+                    table,
+                    projection: weights.store_linear_weights(projection),
+                    norm: self.norm(&self.rooted(per_layer.projection_norm), &config.norm)?,
+                })
+            }
+            (Some(_), None) => {
+                return Err(ModelError::config(
+                    "model_type",
+                    &model_type,
+                    "names no per-layer embeddings for a model that has them",
+                ));
+            }
+            (None, _) => None,
+        };
         let final_norm = match (&architecture.final_norm, names.final_norm) {
             (Some(norm), Some(name)) => Some(self.norm(&self.rooted(name), norm)?),
             _ => None,
@@ -501,6 +630,7 @@ impl<'a> Loader<'a> {
             final_norm,
             lm_head,
             pooler,
+            per_layer_embeddings,
             config: architecture,
         })
     }
@@ -529,18 +659,36 @@ pub fn load_layer_with(
         };
         Ok(LinearWeights { weight, bias })
     };
+    // Gemma 4's layers without a value projection (its values are the keys'), or without keys
+    // of their own (they read an earlier layer's).
+    let (has_key, has_value) = match config.key_values {
+        KeyValues::Projected => (true, true),
+        KeyValues::FromKeyProjection => (true, false),
+        KeyValues::Shared => (false, false),
+    };
+    if !has_value && !matches!(names.projections, ProjectionLayout::Separate { .. }) {
+        return Err(ModelError::config(
+            "key_values",
+            format!("{:?}", config.key_values),
+            "needs separate projections (a fused one holds a value projection)",
+        ));
+    }
     let (query, key, value, output) = match &names.projections {
         ProjectionLayout::Separate {
             query,
             key,
             value,
             output,
-        } => (
-            linear(&at(query), config.query_bias)?,
-            linear(&at(key), config.key_bias)?,
-            linear(&at(value), config.value_bias)?,
-            linear(&at(output), config.output_bias)?,
-        ),
+        } => {
+            let query = linear(&at(query), config.query_bias)?;
+            let key = has_key
+                .then(|| linear(&at(key), config.key_bias))
+                .transpose()?;
+            let value = has_value
+                .then(|| linear(&at(value), config.value_bias))
+                .transpose()?;
+            (query, key, value, linear(&at(output), config.output_bias)?)
+        }
         ProjectionLayout::Fused { qkv, order, output } => {
             if !(config.query_bias == config.key_bias && config.key_bias == config.value_bias) {
                 return Err(ModelError::config(
@@ -557,7 +705,12 @@ pub fn load_layer_with(
                 head_dim,
                 &at(qkv),
             )?;
-            (q, k, v, linear(&at(output), config.output_bias)?)
+            (
+                q,
+                Some(k),
+                Some(v),
+                linear(&at(output), config.output_bias)?,
+            )
         }
         ProjectionLayout::Latent { .. } => {
             return Err(ModelError::config(
@@ -581,7 +734,12 @@ pub fn load_layer_with(
                 head_dim,
                 &at(qkv),
             )?;
-            (q, k, v, conv(linear(&at(output), config.output_bias)?))
+            (
+                q,
+                Some(k),
+                Some(v),
+                conv(linear(&at(output), config.output_bias)?),
+            )
         }
     };
     // Gated attention (Qwen3.5) stores each head's query and gate side by side in `q_proj`:
@@ -612,7 +770,7 @@ pub fn load_layer_with(
     };
     let mut attention = config
         .try_init(device)?
-        .try_with_pytorch_weights(query, key, value, output)
+        .try_with_pytorch_projections(query, key, value, output)
         // The projection's own error says which one and why; the layer says where.
         .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
     if let Some(gate) = gate {
@@ -620,13 +778,17 @@ pub fn load_layer_with(
             .try_with_output_gate(gate)
             .map_err(|e| ModelError::input("checkpoint", prefix, format!("attention: {e}")))?;
     }
-    if let Some((query_norm, key_norm)) = &names.qk_norm
-        && let (Some(q), Some(k)) = (&mut attention.query_norm, &mut attention.key_norm)
-    {
-        // `[head_dim]`, or the whole projection's width when the norm runs across heads.
-        let (q_len, k_len) = (q.weight.dims()[0], k.weight.dims()[0]);
-        q.weight = head_weight(checkpoint, &at(query_norm), q_len, device)?;
-        k.weight = head_weight(checkpoint, &at(key_norm), k_len, device)?;
+    if let Some((query_norm, key_norm)) = &names.qk_norm {
+        // `[head_dim]`, or the whole projection's width when the norm runs across heads; a layer
+        // over another's keys has no key norm.
+        if let Some(q) = &mut attention.query_norm {
+            let q_len = q.weight.dims()[0];
+            q.weight = head_weight(checkpoint, &at(query_norm), q_len, device)?;
+        }
+        if let Some(k) = &mut attention.key_norm {
+            let k_len = k.weight.dims()[0];
+            k.weight = head_weight(checkpoint, &at(key_norm), k_len, device)?;
+        }
     }
     if let (Some(name), Some(sinks)) = (&names.sinks, &mut attention.sinks) {
         *sinks = head_weight(checkpoint, &at(name), n_heads, device)?;

@@ -29,7 +29,9 @@ pub use config::HuggingFaceConfig;
 pub use import::load_attention_safetensors;
 pub use load::load_layer_with;
 pub use names::{AttentionNames, FusedOrder, ProjectionLayout};
-pub(crate) use names::{ExpertNames, ExpertTensors, LinearAttentionNames, MlpNames, TensorNames};
+pub(crate) use names::{
+    ExpertNames, ExpertTensors, LinearAttentionNames, MlpNames, PerLayerNames, TensorNames,
+};
 pub(crate) use rope::rope_configs_of_types;
 pub use rope::{multi_axis_rope_config, rope_config, rope_configs, rope_scaling};
 

@@ -24,6 +24,10 @@ pub(crate) struct TensorNames {
     pub attention: AttentionNames,
     /// The Gated DeltaNet layers' tensors, in the families that have them (Qwen3.5).
     pub linear_attention: Option<LinearAttentionNames>,
+    /// Gemma 4's per-layer embeddings and inputs.
+    pub per_layer: Option<PerLayerNames>,
+    /// A layer's learned output scalar (Gemma 4's `layer_scalar`), relative to the layer.
+    pub layer_scalar: Option<&'static str>,
     pub attention_norm: Option<&'static str>,
     pub feed_forward_norm: Option<&'static str>,
     pub post_attention_norm: Option<&'static str>,
@@ -270,6 +274,30 @@ pub(crate) struct ExpertNames {
     pub shared: &'static str,
     /// The shared expert's gate, `d_model -> 1` (`shared_expert_gate`, Qwen3.5-MoE).
     pub shared_gate: Option<&'static str>,
+    /// Gemma 4's router scales: of its normed input (`router.scale`) and per expert
+    /// (`router.per_expert_scale`).
+    pub router_scales: Option<(&'static str, &'static str)>,
+    /// Where the experts sit beside a dense MLP (Gemma 4), the norms of the MLP's output, the
+    /// experts' input and their output (`post_feedforward_layernorm_1`,
+    /// `pre_feedforward_layernorm_2`, `post_feedforward_layernorm_2`), relative to the layer.
+    pub beside_mlp_norms: Option<[&'static str; 3]>,
+}
+
+/// Gemma 4's per-layer embeddings (under the base model) and each layer's per-layer input.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PerLayerNames {
+    /// `embed_tokens_per_layer.weight`.
+    pub table: &'static str,
+    /// `per_layer_model_projection`.
+    pub projection: &'static str,
+    /// `per_layer_projection_norm`.
+    pub projection_norm: &'static str,
+    /// `per_layer_input_gate`, relative to the layer.
+    pub gate: &'static str,
+    /// `per_layer_projection`, relative to the layer.
+    pub layer_projection: &'static str,
+    /// `post_per_layer_input_norm`, relative to the layer.
+    pub layer_norm: &'static str,
 }
 
 impl ExpertNames {
@@ -283,6 +311,8 @@ impl ExpertNames {
             experts: ExpertTensors::Fused,
             shared: "shared_expert.",
             shared_gate: None,
+            router_scales: None,
+            beside_mlp_norms: None,
         }
     }
 }
@@ -297,6 +327,10 @@ pub(crate) enum ExpertTensors {
     /// `experts.{e}.down_proj` (DeepSeek, as transformers saves it); read as `Fused` (the gate's
     /// columns, then up's) from a checkpoint that stacks them (a GGUF file).
     PerExpert,
+    /// `experts.gate_up_proj` `[experts, 2 d_ff, d_model]` (the gate's rows, then up's) and
+    /// `experts.down_proj` `[experts, d_model, d_ff]`: each expert in `nn.Linear`'s layout
+    /// (Gemma 4).
+    FusedOutIn,
 }
 
 /// A feed-forward block's tensors, relative to its layer.

@@ -324,8 +324,9 @@ once!(a_padded_row_gives_the_logits_of_its_prompt_alone);
 
 /// A left-padded batch generates for each row what that row generates alone.
 fn batched_generation_matches_each_prompt_alone(device: &Device) {
-    // Qwen3.5-MoE: Gated DeltaNet states of a left-padded batch.
-    for family in ["llama3", "gemma2", "bloom", "qwen3_5_moe"] {
+    // Qwen3.5-MoE: Gated DeltaNet states of a left-padded batch; Gemma 4: layers over other
+    // layers' keys.
+    for family in ["llama3", "gemma2", "bloom", "qwen3_5_moe", "gemma4"] {
         let model = from_pretrained(checkpoint(family), device).unwrap();
         let prompts = vec![vec![5u32, 17, 33, 2, 40, 41], vec![7, 8]];
         let config = GenerationConfig::new().with_max_new_tokens(5);
@@ -493,7 +494,17 @@ once!(config_fields_of_the_wrong_length_or_type_are_named);
 /// 1.4 off in llama3's logits). The same when later steps pass no mask at all, and after a
 /// truncation (which Qwen3.5's recurrent state refuses by name).
 fn padded_batches_decode_step_by_step_as_a_whole(device: &Device) {
-    for family in ["llama3", "gpt2", "bloom", "mistral", "qwen3_5"] {
+    // Gemma 4: layers over other layers' keys (through caches that only count).
+    let every = ["llama3", "gpt2", "bloom", "mistral", "qwen3_5", "gemma4"];
+    // On WGPU, where lavapipe compiles each family's kernels anew, those with paths of their own
+    // there (ALiBi's kernel, the recurrent state, the shared keys); the positions the others
+    // derive are the same computation on every backend.
+    let families: &[&str] = match device.as_dispatch() {
+        #[cfg(feature = "wgpu")]
+        burn::backend::DispatchDevice::Cube(_) => &["bloom", "qwen3_5", "gemma4"],
+        _ => &every,
+    };
+    for &family in families {
         let model = from_pretrained(checkpoint(family), device).unwrap();
         let tokens: [i64; 12] = [5, 9, 3, 7, 11, 2, 4, 6, 8, 1, 10, 12];
         let (batch, seq, padded) = (2, 6, 3);
@@ -643,13 +654,24 @@ fn sentence_embeddings_follow_the_modules_or_their_default(device: &Device) {
 }
 once!(sentence_embeddings_follow_the_modules_or_their_default);
 
-/// A released Qwen3.5 checkpoint is its vision-language model (`Qwen3_5ForConditionalGeneration`,
-/// `model_type` `qwen3_5` with a `text_config`): the text model under `model.language_model.`, a
-/// vision tower under `model.visual.` and a multi-token-prediction head under `mtp.`. Each family's
-/// reference checkpoint rewritten that way loads as its text model (the other two models' tensors
-/// not read) and gives the same logits; a tensor outside all three is still refused.
-fn vision_language_qwen3_5_checkpoints_load_as_their_text_model(device: &Device) {
-    for (family, model_type) in [("qwen3_5", "qwen3_5"), ("qwen3_5_moe", "qwen3_5_moe")] {
+/// A released Qwen3.5 or Gemma 4 checkpoint is its multimodal model
+/// (`Qwen3_5ForConditionalGeneration`, `Gemma4ForConditionalGeneration`: `model_type` `qwen3_5`
+/// or `gemma4` with a `text_config`): the text model under `model.language_model.`, beside a
+/// vision tower (and Qwen3.5's multi-token-prediction head, Gemma 4's audio tower and
+/// embedders). Each family's reference checkpoint rewritten that way loads as its text model (the
+/// other models' tensors not read) and gives the same logits; a tensor outside all of them is
+/// still refused.
+fn vision_language_checkpoints_load_as_their_text_model(device: &Device) {
+    let qwen = ["model.visual.blocks.0.attn.qkv.weight", "mtp.fc.weight"];
+    let gemma = [
+        "model.vision_tower.encoder.layers.0.self_attn.q_proj.linear.weight",
+        "model.embed_audio.embedding_projection.weight",
+    ];
+    for (family, model_type, others) in [
+        ("qwen3_5", "qwen3_5", qwen),
+        ("qwen3_5_moe", "qwen3_5_moe", qwen),
+        ("gemma4", "gemma4", gemma),
+    ] {
         let dir = scratch_copy(family, &format!("vl-{family}"));
         let text = from_pretrained(&dir, device).unwrap();
         let mut tensors: Vec<_> = read_safetensors(&dir.join("model.safetensors"))
@@ -663,8 +685,7 @@ fn vision_language_qwen3_5_checkpoints_load_as_their_text_model(device: &Device)
             })
             .collect();
         let extra = |name: &str| (name.to_owned(), "F32".to_owned(), vec![2], vec![0u8; 8]);
-        tensors.push(extra("model.visual.blocks.0.attn.qkv.weight"));
-        tensors.push(extra("mtp.fc.weight"));
+        tensors.extend(others.map(extra));
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
         write_safetensors(&dir.join("model.safetensors"), &tensors);
         edit_config(&dir, |config| {
@@ -695,4 +716,4 @@ fn vision_language_qwen3_5_checkpoints_load_as_their_text_model(device: &Device)
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
-once!(vision_language_qwen3_5_checkpoints_load_as_their_text_model);
+once!(vision_language_checkpoints_load_as_their_text_model);
