@@ -1485,4 +1485,175 @@ pub(crate) mod tests {
         }
     }
     once!(generation_step_returns_the_last_position_s_logits);
+
+    /// Gemma 4's structures in a model built from its configuration: a layer over an earlier
+    /// layer's keys, values from the key projection with their own norm, per-layer embeddings
+    /// and inputs, experts beside the MLP with the router's scales, and the layer scalar. The
+    /// whole pass equals calls through the caches (the reader's only counting), and gradients
+    /// reach every part, the owner's key projection through the reader too.
+    fn gemma4_structures_decode_and_train(device: &Device) {
+        use burn::module::Param;
+        use burn::tensor::Distribution;
+
+        use crate::block::{DenseAndExpertsConfig, PerLayerInputConfig};
+        use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
+
+        let device = &device.clone().autodiff();
+        let d = 8;
+        let norm = NormConfig::new(d, NormKind::Rms, 1e-6);
+        let rope = PositionalScheme::Rope(positional::RotaryEncodingConfig::new(4));
+        let attention = tiny_attention(rope)
+            .with_n_kv_heads(Some(1))
+            .with_value_norm(Some(1e-6));
+        let experts = MixtureOfExpertsConfig::new(d, 4, 3, 2)
+            .with_routing(Routing::SoftmaxOfTopK)
+            .with_expert(ExpertMlp::Gated(Activation::GeluTanh))
+            .with_bias(false)
+            .with_router_norm(Some(1e-6))
+            .with_expert_scales(true);
+        let block = |attention: MultiHeadAttentionConfig, keys_from| {
+            BlockConfig::new(
+                attention.into(),
+                crate::block::BlockLayout::Sandwich,
+                norm.clone(),
+                FeedForwardConfig::DenseAndExperts(DenseAndExpertsConfig::new(
+                    MlpConfig::new(d, 16, Activation::GeluTanh).with_gated(true),
+                    experts.clone(),
+                    norm.clone(),
+                )),
+            )
+            .with_keys_from(keys_from)
+            .with_per_layer_input(Some(PerLayerInputConfig::new(2, Activation::GeluTanh)))
+            .with_layer_scalar(true)
+        };
+        let blocks = vec![
+            block(attention.clone().with_sliding_window(Some(3)), None),
+            block(
+                attention
+                    .clone()
+                    .with_key_values(attention::KeyValues::FromKeyProjection),
+                None,
+            ),
+            block(
+                attention
+                    .clone()
+                    .with_sliding_window(Some(3))
+                    .with_key_values(attention::KeyValues::Shared),
+                Some(0),
+            ),
+        ];
+        let config = TransformerConfig::new(12, d, blocks)
+            .with_final_norm(Some(norm.clone()))
+            .with_head(OutputHead::Tied)
+            .with_per_layer_embeddings(Some(PerLayerEmbeddingsConfig::new(
+                12,
+                2,
+                NormConfig::new(2, NormKind::Rms, 1e-6),
+            )));
+        let mut model = config.try_init(device).unwrap();
+        // The experts start at zero (for records to load into): random ones, so that they and
+        // the router take part.
+        for block in &mut model.blocks {
+            if let crate::block::FeedForward::DenseAndExperts(both) = &mut block.feed_forward {
+                let random = |shape: [usize; 3]| {
+                    Param::from_tensor(Tensor::random(
+                        shape,
+                        Distribution::Normal(0.0, 0.5),
+                        device,
+                    ))
+                };
+                both.experts.gate_up = random(both.experts.gate_up.dims());
+                both.experts.down = random(both.experts.down.dims());
+            }
+        }
+        let ids = Tensor::<2, Int>::from_data([[3, 1, 4, 1, 5, 9, 2]], device);
+        let whole = model.try_forward(ids.clone(), ModelInputs::new()).unwrap();
+        let mut caches = model.new_caches();
+        let pieces: Vec<_> = [0..3, 3..4, 4..7]
+            .into_iter()
+            .map(|range| {
+                let ids = ids.clone().narrow(1, range.start, range.len());
+                model
+                    .try_forward_cached(ids, ModelInputs::new(), &mut caches)
+                    .unwrap()
+            })
+            .collect();
+        let want = floats(&whole.clone().into_data());
+        assert_close(&Tensor::cat(pieces, 1).into_data(), &want, 1e-5);
+        assert!(caches.iter().all(|cache| cache.len() == 7));
+        assert_eq!(caches[2].storage_floats(), 0, "the reader holds no keys");
+
+        let weights = Tensor::<3>::random(whole.dims(), Distribution::Normal(0.0, 1.0), device);
+        let grads = (whole * weights).sum().backward();
+        let moved = |name: &str, grad: Option<Tensor<1>>| {
+            let grad = floats(
+                &grad
+                    .unwrap_or_else(|| panic!("{name}: no gradient"))
+                    .into_data(),
+            );
+            assert!(
+                grad.iter().all(|g| g.is_finite()) && grad.iter().any(|g| *g != 0.0),
+                "{name}: {grad:?}"
+            );
+        };
+        let flat2 = |t: Option<Tensor<2>>| t.map(|t| t.flatten::<1>(0, 1));
+        let flat3 = |t: Option<Tensor<3>>| t.map(|t| t.flatten::<1>(0, 2));
+        let per_layer = model.per_layer_embeddings.as_ref().unwrap();
+        moved(
+            "per-layer table",
+            flat2(per_layer.table.weight.grad(&grads)),
+        );
+        moved(
+            "per-layer projection",
+            flat2(per_layer.projection.weight.grad(&grads)),
+        );
+        let owner = model.blocks[0].attention.multi_head().unwrap();
+        moved(
+            "owner's keys",
+            flat2(owner.key.as_ref().unwrap().weight.grad(&grads)),
+        );
+        let reader = model.blocks[2].attention.multi_head().unwrap();
+        moved("reader's queries", flat2(reader.query.weight.grad(&grads)));
+        for (i, block) in model.blocks.iter().enumerate() {
+            let crate::block::FeedForward::DenseAndExperts(both) = &block.feed_forward else {
+                unreachable!()
+            };
+            let experts = &both.experts;
+            moved(
+                &format!("{i}: experts"),
+                flat3(experts.gate_up.grad(&grads)),
+            );
+            moved(
+                &format!("{i}: router"),
+                flat2(experts.router.weight.grad(&grads)),
+            );
+            moved(
+                &format!("{i}: router scale"),
+                experts.router_scale.as_ref().unwrap().grad(&grads),
+            );
+            moved(
+                &format!("{i}: expert scales"),
+                experts.expert_scales.as_ref().unwrap().grad(&grads),
+            );
+            let input = block.per_layer_input.as_ref().unwrap();
+            moved(
+                &format!("{i}: input gate"),
+                flat2(input.gate.weight.grad(&grads)),
+            );
+            moved(
+                &format!("{i}: scalar"),
+                block.scalar.as_ref().unwrap().grad(&grads),
+            );
+        }
+        // A reader that names no owner, or an owner of other key heads, is refused by name.
+        let mut wrong = config.clone();
+        wrong.blocks[2].keys_from = None;
+        let error = wrong.validate().unwrap_err().to_string();
+        assert!(error.contains("`blocks[2].keys_from`"), "{error}");
+        let mut wrong = config;
+        wrong.blocks[2].keys_from = Some(1);
+        let error = wrong.validate().unwrap_err().to_string();
+        assert!(error.contains("`blocks[2].keys_from` = 1"), "{error}");
+    }
+    once!(gemma4_structures_decode_and_train);
 }

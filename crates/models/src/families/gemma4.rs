@@ -21,7 +21,7 @@
 use attention::{KeyValues, QkNormConfig};
 use serde::Deserialize;
 
-use super::{gemma2, llama, per_layer};
+use super::{gemma2, layer_types_or, llama, per_layer};
 use crate::block::{DenseAndExpertsConfig, FeedForwardConfig, PerLayerInputConfig};
 use crate::error::ModelError;
 use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
@@ -97,35 +97,17 @@ const FULL: &str = "full_attention";
 /// Each layer's type: `layer_types`, else five sliding layers in six; the last one full attention
 /// whatever the file says, as `Gemma4TextConfig` forces it.
 fn layer_types(config: &Gemma4Config) -> Result<Vec<String>, ModelError> {
-    let layers = config.num_hidden_layers;
-    let mut types = match &config.layer_types {
-        Some(types) => {
-            if types.len() != layers {
-                return Err(ModelError::config(
-                    "layer_types",
-                    types.len(),
-                    format!("must name one type per layer (num_hidden_layers = {layers})"),
-                ));
-            }
-            types.clone()
-        }
-        None => per_layer(layers, |layer| {
-            Ok(match (layer + 1) % 6 {
-                0 => FULL,
-                _ => SLIDING,
-            }
-            .to_owned())
-        })?,
-    };
+    let mut types = layer_types_or(
+        config.layer_types.as_deref(),
+        config.num_hidden_layers,
+        [SLIDING, FULL],
+        |layer| match (layer + 1) % 6 {
+            0 => FULL,
+            _ => SLIDING,
+        },
+    )?;
     if let Some(last) = types.last_mut() {
         *last = FULL.to_owned();
-    }
-    if let Some(other) = types.iter().find(|t| *t != SLIDING && *t != FULL) {
-        return Err(ModelError::config(
-            "layer_types",
-            other,
-            "must name sliding_attention or full_attention for every layer",
-        ));
     }
     Ok(types)
 }

@@ -163,6 +163,37 @@ pub(crate) fn per_layer<T>(
     Ok(values)
 }
 
+/// Each layer's type: `layer_types`, one of `allowed` per layer, else `default(layer)` (the
+/// config class's pattern).
+fn layer_types_or(
+    layer_types: Option<&[String]>,
+    layers: usize,
+    allowed: [&'static str; 2],
+    default: impl Fn(usize) -> &'static str,
+) -> Result<Vec<String>, ModelError> {
+    let types = match layer_types {
+        Some(types) => {
+            if types.len() != layers {
+                return Err(ModelError::config(
+                    "layer_types",
+                    types.len(),
+                    format!("must name one type per layer (num_hidden_layers = {layers})"),
+                ));
+            }
+            types.to_vec()
+        }
+        None => per_layer(layers, |layer| Ok(default(layer).to_owned()))?,
+    };
+    if let Some(other) = types.iter().find(|t| !allowed.contains(&t.as_str())) {
+        return Err(ModelError::config(
+            "layer_types",
+            other,
+            format!("must name {} or {} for every layer", allowed[0], allowed[1]),
+        ));
+    }
+    Ok(types)
+}
+
 /// Whether each layer turns queries and keys by RoPE (SmolLM3 and Llama 4): `no_rope_layers[i]`
 /// is 1 for RoPE and 0 for none (NoPE); without the list, every `interval`-th layer is NoPE.
 fn rope_layers(

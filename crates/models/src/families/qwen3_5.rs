@@ -19,7 +19,7 @@
 use attention::{GatedDeltaNetConfig, QkNormConfig};
 use serde::Deserialize;
 
-use super::{default, llama, per_layer};
+use super::{default, layer_types_or, llama};
 use crate::block::{FeedForwardConfig, SelfAttentionConfig};
 use crate::error::ModelError;
 use crate::experts::{ExpertMlp, MixtureOfExpertsConfig, Routing};
@@ -93,44 +93,23 @@ const FULL: &str = "full_attention";
 
 /// Each layer's type: `layer_types`, else every `interval`-th layer full attention.
 fn layer_types(config: &Qwen35Config) -> Result<Vec<String>, ModelError> {
-    let layers = config.num_hidden_layers;
-    let types = match &config.layer_types {
-        Some(types) => {
-            if types.len() != layers {
-                return Err(ModelError::config(
-                    "layer_types",
-                    types.len(),
-                    format!("must name one type per layer (num_hidden_layers = {layers})"),
-                ));
-            }
-            types.clone()
-        }
-        None => {
-            let interval = config.full_attention_interval;
-            if interval == 0 {
-                return Err(ModelError::config(
-                    "full_attention_interval",
-                    0,
-                    "must be at least 1",
-                ));
-            }
-            per_layer(layers, |layer| {
-                Ok(match (layer + 1) % interval {
-                    0 => FULL,
-                    _ => LINEAR,
-                }
-                .to_owned())
-            })?
-        }
-    };
-    if let Some(other) = types.iter().find(|t| *t != LINEAR && *t != FULL) {
+    let interval = config.full_attention_interval;
+    if config.layer_types.is_none() && interval == 0 {
         return Err(ModelError::config(
-            "layer_types",
-            other,
-            "must name linear_attention or full_attention for every layer",
+            "full_attention_interval",
+            0,
+            "must be at least 1",
         ));
     }
-    Ok(types)
+    layer_types_or(
+        config.layer_types.as_deref(),
+        config.num_hidden_layers,
+        [LINEAR, FULL],
+        |layer| match (layer + 1) % interval {
+            0 => FULL,
+            _ => LINEAR,
+        },
+    )
 }
 
 /// The dense variant (`qwen3_5_text`).
