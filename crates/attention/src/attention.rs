@@ -77,6 +77,13 @@ pub struct LinearWeights {
     pub bias: Option<Tensor<1>>,
 }
 
+/// RMSNorm without weight, `x / sqrt(mean(x^2) + eps)` over the last axis: Gemma 4's value norm
+/// and its router's input norm, and the normalisation every RMSNorm here scales.
+pub fn rms_normalize<const D: usize>(x: Tensor<D>, eps: f64) -> Tensor<D> {
+    let mean_square = x.clone().powi_scalar(2).mean_dim(D - 1);
+    x * (mean_square + eps).sqrt().recip()
+}
+
 /// RMSNorm of queries or keys, `x / sqrt(mean(x^2) + eps) * w` (or `* (1 + w)`): QK-norm, over
 /// each head's `head_dim` features, or over all heads' together (OLMo's whole-projection norm).
 #[derive(Module, Debug)]
@@ -539,10 +546,7 @@ impl MultiHeadAttention {
             None => k,
         };
         let v = match self.config.value_norm {
-            Some(eps) => {
-                let mean_square = v.clone().powi_scalar(2).mean_dim(3);
-                v * (mean_square + eps).sqrt().recip()
-            }
+            Some(eps) => rms_normalize(v, eps),
             None => v,
         };
         Ok((k, v))
@@ -1339,11 +1343,7 @@ impl MultiHeadAttention {
         let d_model = config.d_model;
         let q_width = config.n_heads * config.head_dim();
         let kv_width = config.kv_heads() * config.head_dim();
-        let (has_key, has_value) = match config.key_values {
-            KeyValues::Projected => (true, true),
-            KeyValues::FromKeyProjection => (true, false),
-            KeyValues::Shared => (false, false),
-        };
+        let (has_key, has_value) = config.key_values.projections();
         for (name, given, wanted) in [
             ("key", key.is_some(), has_key),
             ("value", value.is_some(), has_value),
@@ -1433,8 +1433,6 @@ pub(crate) fn load_linear(
     })
 }
 
-/// `[batch, kv_heads, len, head_dim]` -> `[batch, kv_heads * groups, len, head_dim]`, each
-/// key/value head repeated for the `groups` query heads that share it.
 /// Where a call's keys and values come from.
 enum KeySource<'a> {
     /// The layer's own projections, through its cache when given.
@@ -1452,6 +1450,8 @@ fn shared_refused() -> AttentionError {
     )
 }
 
+/// `[batch, kv_heads, len, head_dim]` -> `[batch, kv_heads * groups, len, head_dim]`, each
+/// key/value head repeated for the `groups` query heads that share it.
 fn repeat_kv(x: Tensor<4>, groups: usize) -> Tensor<4> {
     if groups == 1 {
         return x;

@@ -122,6 +122,17 @@ pub enum KeyValues {
     Shared,
 }
 
+impl KeyValues {
+    /// Whether the layer has a key projection and a value projection of its own.
+    pub fn projections(self) -> (bool, bool) {
+        match self {
+            Self::Projected => (true, true),
+            Self::FromKeyProjection => (true, false),
+            Self::Shared => (false, false),
+        }
+    }
+}
+
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
 pub struct MultiHeadAttentionConfig {
@@ -445,11 +456,7 @@ impl MultiHeadAttentionConfig {
         }
         let head_norm =
             |norm: &QkNormConfig, heads: usize| HeadNorm::new(heads, head_dim, norm, device);
-        let (keys, values) = match self.key_values {
-            KeyValues::Projected => (true, true),
-            KeyValues::FromKeyProjection => (true, false),
-            KeyValues::Shared => (false, false),
-        };
+        let (keys, values) = self.key_values.projections();
         Ok(MultiHeadAttention {
             query: linear(self.d_model, q_width, self.query_bias),
             key: keys.then(|| linear(self.d_model, kv_width, self.key_bias)),

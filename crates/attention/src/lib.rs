@@ -52,7 +52,7 @@ mod relative_xl;
 mod threads;
 
 pub use activation::{PassActivation, fused_activation, try_fused_activation};
-pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention};
+pub use attention::{AttentionInputs, HeadNorm, LinearWeights, MultiHeadAttention, rms_normalize};
 pub use cache::{KvCache, SharedKeys};
 pub use config::{
     KeyValues, MultiHeadAttentionConfig, PositionalScheme, QkNormConfig, TemperatureTuningConfig,

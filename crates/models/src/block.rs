@@ -137,8 +137,11 @@ impl SelfAttentionConfig {
     /// ([`GatedDeltaNetConfig::state_floats`] per batch row).
     pub fn cached_floats_per_token(&self) -> usize {
         match self {
-            Self::MultiHead(config) if config.key_values == KeyValues::Shared => 0,
-            Self::MultiHead(config) => 2 * config.kv_heads() * config.head_dim(),
+            Self::MultiHead(config) => match config.key_values {
+                // The owner's cache holds them.
+                KeyValues::Shared => 0,
+                _ => 2 * config.kv_heads() * config.head_dim(),
+            },
             Self::Latent(config) => config.cached_floats_per_token(),
             Self::GatedDeltaNet(_) => 0,
         }
@@ -149,11 +152,8 @@ impl SelfAttentionConfig {
         match self {
             Self::MultiHead(config) => {
                 let query_widths = 2 + usize::from(config.output_gate);
-                let kv_projections = match config.key_values {
-                    KeyValues::Projected => 2,
-                    KeyValues::FromKeyProjection => 1,
-                    KeyValues::Shared => 0,
-                };
+                let (key, value) = config.key_values.projections();
+                let kv_projections = usize::from(key) + usize::from(value);
                 let widths = (config.n_heads.checked_mul(query_widths)?)
                     .checked_add(config.kv_heads().checked_mul(kv_projections)?)?
                     .checked_mul(config.head_dim())?;
@@ -304,14 +304,11 @@ impl SelfAttention {
                 let (y, keys) = attention.try_forward_sharing(x, inputs, cache)?;
                 (y, Some(keys))
             }
-            (_, Some(_)) | (Self::Latent(_) | Self::GatedDeltaNet(_), None) if keep => {
-                return Err(ModelError::config(
-                    "keys_from",
-                    "a layer's",
-                    "shares keys and values between multi-head attention layers only",
-                ));
+            (Self::Latent(_) | Self::GatedDeltaNet(_), Some(_)) => return Err(shares_refused()),
+            (Self::Latent(_) | Self::GatedDeltaNet(_), None) if keep => {
+                return Err(shares_refused());
             }
-            (_, _) => (self.try_forward(x, inputs, cache)?, None),
+            (_, None) => (self.try_forward(x, inputs, cache)?, None),
         })
     }
 
@@ -337,6 +334,15 @@ impl SelfAttention {
             (Self::GatedDeltaNet(layer), None) => layer.try_forward(x, inputs)?,
         })
     }
+}
+
+/// The error of KV sharing asked of a layer that is not multi-head attention.
+fn shares_refused() -> ModelError {
+    ModelError::config(
+        "keys_from",
+        "a layer's",
+        "shares keys and values between multi-head attention layers only",
+    )
 }
 
 /// The feed-forward half of a block.

@@ -451,8 +451,7 @@ impl MixtureOfExperts {
         let experts = self.router.weight.dims()[1];
         let x = match (self.router_norm, &self.router_scale) {
             (Some(eps), Some(scale)) => {
-                let mean_square = x.clone().powi_scalar(2).mean_dim(1);
-                let normed = x * (mean_square + eps).sqrt().recip();
+                let normed = attention::rms_normalize(x, eps);
                 normed * scale.val().unsqueeze::<2>() * (d_model as f64).sqrt().recip()
             }
             _ => x,

@@ -128,8 +128,7 @@ impl Norm {
         let weight = self.weight.val().unsqueeze::<D>();
         match self.kind {
             NormKind::Rms | NormKind::RmsUnitOffset => {
-                let mean_square = x.clone().powi_scalar(2).mean_dim(last);
-                let normed = x * (mean_square + self.eps).sqrt().recip();
+                let normed = attention::rms_normalize(x, self.eps);
                 match self.kind {
                     NormKind::RmsUnitOffset => normed * (weight + 1.0),
                     _ => normed * weight,

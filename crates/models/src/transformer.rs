@@ -895,6 +895,17 @@ impl Transformer {
         let alibi = self.alibi_biases(attention_positions.as_ref(), caches.as_deref(), seq)?;
         // Each layer's keys, where a later layer reads them (Gemma 4's KV sharing).
         let mut kept: Vec<Option<SharedKeys>> = (0..layers).map(|_| None).collect();
+        let mut owners = vec![false; layers];
+        for source in self
+            .config
+            .blocks
+            .iter()
+            .filter_map(|block| block.keys_from)
+        {
+            if let Some(owner) = owners.get_mut(source) {
+                *owner = true;
+            }
+        }
         for (i, block) in self.blocks.iter().enumerate() {
             let mut attention_inputs = AttentionInputs::new();
             if let Some(angles) = &rotary[i] {
@@ -922,7 +933,7 @@ impl Transformer {
                     inputs.clone().narrow(2, i, 1).reshape([batch, seq, width])
                 }),
                 shared: keys_from.and_then(|source| kept[source].as_ref()),
-                keep_keys: (self.config.blocks).iter().any(|b| b.keys_from == Some(i)),
+                keep_keys: owners[i],
             };
             if keys_from.is_some() && layer.shared.is_none() {
                 return Err(ModelError::config(

@@ -30,7 +30,7 @@ use crate::transformer::{
     AbsolutePositions, AbsolutePositionsConfig, OutputHead, PerLayerEmbeddings, Transformer,
 };
 use attention::{
-    GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights, KeyValues, LatentAttentionWeights,
+    GatedDeltaNet, GatedDeltaNetConfig, GatedDeltaNetWeights, LatentAttentionWeights,
     LatentQueryWeights, LinearWeights, MultiHeadAttention, MultiHeadAttentionConfig,
     MultiHeadLatentAttention, MultiHeadLatentAttentionConfig,
 };
@@ -661,11 +661,7 @@ pub fn load_layer_with(
     };
     // Gemma 4's layers without a value projection (its values are the keys'), or without keys
     // of their own (they read an earlier layer's).
-    let (has_key, has_value) = match config.key_values {
-        KeyValues::Projected => (true, true),
-        KeyValues::FromKeyProjection => (true, false),
-        KeyValues::Shared => (false, false),
-    };
+    let (has_key, has_value) = config.key_values.projections();
     if !has_value && !matches!(names.projections, ProjectionLayout::Separate { .. }) {
         return Err(ModelError::config(
             "key_values",
