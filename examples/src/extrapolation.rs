@@ -91,8 +91,9 @@ pub struct StudySettings {
     pub batch_size: usize,
     /// Sequences per evaluation length.
     pub eval_sequences: usize,
-    /// Seeds the task's rule, the data and the model's initial weights.
-    pub seed: u64,
+    /// One run per seed; a seed fixes the task's rule, the data and the model's initial weights.
+    /// The report gives each measurement's mean and spread over them.
+    pub seeds: Vec<u64>,
     /// Tokens in the task's alphabet.
     pub vocab_size: usize,
     /// Probability that a token is random instead of the rule's.
@@ -106,7 +107,7 @@ pub struct StudySettings {
 }
 
 impl Default for StudySettings {
-    /// Small enough to train all five schemes in a few minutes on two CPU cores.
+    /// Small enough to train every scheme at three seeds in about ten minutes on two CPU cores.
     fn default() -> Self {
         Self {
             schemes: Scheme::ALL.to_vec(),
@@ -119,7 +120,7 @@ impl Default for StudySettings {
             },
             batch_size: 32,
             eval_sequences: 64,
-            seed: 0,
+            seeds: vec![0, 1, 2],
             vocab_size: 16,
             noise: 0.1,
             d_model: 64,
@@ -130,14 +131,22 @@ impl Default for StudySettings {
 }
 
 impl StudySettings {
-    /// The task every scheme trains and is measured on.
-    pub fn task(&self) -> anyhow::Result<LocalRuleTask> {
-        LocalRuleTask::new(self.vocab_size, self.noise, self.seed)
+    /// The task every scheme trains and is measured on at `seed`.
+    pub fn task(&self, seed: u64) -> anyhow::Result<LocalRuleTask> {
+        LocalRuleTask::new(self.vocab_size, self.noise, seed)
     }
 
     /// Checks the settings before any training starts, naming the field at fault.
     pub fn validate(&self, device: &Device) -> anyhow::Result<()> {
         anyhow::ensure!(!self.schemes.is_empty(), "schemes: at least one is needed");
+        let mut seeds = self.seeds.clone();
+        seeds.sort_unstable();
+        seeds.dedup();
+        anyhow::ensure!(
+            !self.seeds.is_empty() && seeds.len() == self.seeds.len(),
+            "seeds = {:?}: at least one is needed, each once",
+            self.seeds
+        );
         anyhow::ensure!(
             self.train_len > LocalRuleTask::FIRST_PREDICTABLE,
             "train_len = {}: must be above {}, the tokens before the first predictable one",
@@ -160,7 +169,9 @@ impl StudySettings {
             "learning_rate = {}: must be positive",
             self.schedule.learning_rate
         );
-        self.task()?;
+        for &seed in &self.seeds {
+            self.task(seed)?;
+        }
         for scheme in &self.schemes {
             // Catches head counts that do not divide the width, and the like, before training.
             self.decoder_config(*scheme)
@@ -206,21 +217,22 @@ pub struct Evaluation {
     pub unavailable: Option<String>,
 }
 
-/// Trains the model for `scheme` on `device` (gradients through Burn's autodiff on that device)
-/// and returns it, without autodiff, with its training log.
+/// Trains the model for `scheme` at `seed` on `device` (gradients through Burn's autodiff on that
+/// device) and returns it, without autodiff, with its training log.
 pub fn train_scheme(
     settings: &StudySettings,
     scheme: Scheme,
+    seed: u64,
     device: &Device,
     progress: &ProgressBar,
 ) -> anyhow::Result<(Transformer, TrainingLog)> {
-    let task = settings.task()?;
+    let task = settings.task(seed)?;
     let training_device = device.clone().autodiff();
     // The same seed for every scheme: the same batches in the same order, and the same initial
     // weights wherever the architectures agree.
-    training_device.seed(settings.seed);
+    training_device.seed(seed);
     let model = settings.decoder_config(scheme).try_init(&training_device)?;
-    let mut rng = SplitMix64::new(settings.seed);
+    let mut rng = SplitMix64::new(seed);
     let (model, log) = train(
         model,
         &settings.schedule,
@@ -248,19 +260,20 @@ pub enum Reading {
     WithMemory,
 }
 
-/// Measures `model` at every evaluation length, on sequences that depend only on the seed and the
-/// length (the same for every scheme), read as `reading` says.
+/// Measures `model`, trained at `seed`, at every evaluation length, on sequences that depend only
+/// on the seed and the length (the same for every scheme), read as `reading` says.
 pub fn evaluate(
     model: &Transformer,
     settings: &StudySettings,
+    seed: u64,
     device: &Device,
     reading: Reading,
 ) -> anyhow::Result<Vec<Evaluation>> {
-    let task = settings.task()?;
+    let task = settings.task(seed)?;
     let first = LocalRuleTask::FIRST_PREDICTABLE;
     let mut evaluations = Vec::new();
     for length in settings.eval_lengths() {
-        let mut rng = SplitMix64::new(settings.seed ^ 0xE7A1_0000 ^ length as u64);
+        let mut rng = SplitMix64::new(seed ^ 0xE7A1_0000 ^ length as u64);
         // Bounds the `[chunk, heads, length, length]` scores to about 16M floats.
         let chunk =
             (16_777_216 / (length * length * settings.n_heads)).clamp(1, settings.eval_sequences);
@@ -326,24 +339,33 @@ pub fn evaluate(
     Ok(evaluations)
 }
 
-/// Where a scheme's model and its config are saved under an output folder.
-pub fn model_paths(folder: &Path, scheme: Scheme) -> (std::path::PathBuf, std::path::PathBuf) {
-    let models = folder.join("models");
+/// Where a scheme's model trained at `seed` and its config are saved under an output folder:
+/// `models/seed{seed}/{scheme}.bpk` and `.json`.
+pub fn model_paths(
+    folder: &Path,
+    scheme: Scheme,
+    seed: u64,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let models = folder.join("models").join(format!("seed{seed}"));
     (
         models.join(format!("{}.bpk", scheme.name())),
         models.join(format!("{}.json", scheme.name())),
     )
 }
 
-/// Saves a trained model as a Burn record, with the config that rebuilds it.
+/// Saves a model trained at `seed` as a Burn record, with the config that rebuilds it.
 pub fn save_model(
     model: &Transformer,
     settings: &StudySettings,
     scheme: Scheme,
+    seed: u64,
     folder: &Path,
 ) -> anyhow::Result<()> {
-    let (record, config) = model_paths(folder, scheme);
-    std::fs::create_dir_all(folder.join("models"))?;
+    let (record, config) = model_paths(folder, scheme, seed);
+    if let Some(models) = record.parent() {
+        std::fs::create_dir_all(models)
+            .with_context(|| format!("creating {}", models.display()))?;
+    }
     settings
         .decoder_config(scheme)
         .save(&config)
@@ -358,8 +380,13 @@ pub fn save_model(
 /// Rebuilds a saved model on `device`.
 ///
 /// Burn maps the record file and may read it lazily: keep it in place while the model is used.
-pub fn load_model(folder: &Path, scheme: Scheme, device: &Device) -> anyhow::Result<Transformer> {
-    let (record, config) = model_paths(folder, scheme);
+pub fn load_model(
+    folder: &Path,
+    scheme: Scheme,
+    seed: u64,
+    device: &Device,
+) -> anyhow::Result<Transformer> {
+    let (record, config) = model_paths(folder, scheme, seed);
     let config = TransformerConfig::load(&config)
         .with_context(|| format!("reading {}", config.display()))?;
     let model = config.try_init(device)?;

@@ -2,7 +2,9 @@
 //!
 //! - [`extrapolation`]: the length-extrapolation study, the project's main job
 //!   (`cargo run --release -p examples --bin extrapolation`): one small decoder per positional
-//!   scheme, trained at one length and measured at 1, 2, 4 and 8 times it.
+//!   scheme, trained at one length and measured at 1, 2, 4 and 8 times it, over three seeds
+//!   ([`study`] runs it, [`report`] writes its table and plot, [`figures`] the articles'
+//!   pictures of the encodings).
 //! - [`char_lm`]: a character-level language model on a text file
 //!   (`cargo run --release -p examples --bin char-lm -- --text FILE`).
 //! - [`context`]: how far past its training length a pretrained RoPE model reads, as trained and
@@ -18,7 +20,9 @@ pub mod context_report;
 pub mod decoder;
 pub mod device;
 pub mod extrapolation;
+pub mod figures;
 pub mod report;
+pub mod study;
 pub mod tasks;
 pub mod texts;
 pub mod training;

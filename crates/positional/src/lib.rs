@@ -9,7 +9,9 @@
 //! value at fault; the plain form panics with that same text.
 //!
 //! Absolute encodings are added to token embeddings before the first block; RoPE rotates queries
-//! and keys inside attention; ALiBi adds a bias to attention scores.
+//! and keys inside attention; ALiBi adds a bias to attention scores. [`decay`] reads off each
+//! module what it adds to a score as the query and key move apart: the long-range decay that
+//! the papers derive and draw.
 //!
 //! ```
 //! use burn::tensor::{Device, Distribution, Tensor};
@@ -39,6 +41,7 @@
 //! ```
 
 pub mod alibi;
+pub mod decay;
 pub mod error;
 mod ints;
 mod kernels;

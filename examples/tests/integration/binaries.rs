@@ -228,10 +228,18 @@ fn study_schemes(backend: &str) -> &'static [&'static str] {
     }
 }
 
+/// The seeds the study test trains on `backend`: two, so that the spread is computed, but one on
+/// WGPU (whose training is the slow part of the test there; a second seed runs the same kernels).
+fn study_seeds(backend: &str) -> u64 {
+    if backend == "wgpu" { 1 } else { 2 }
+}
+
 fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
     let folder = scratch(&format!("study-{backend}"));
     let out = folder.join("trained");
     let schemes = study_schemes(backend).join(",");
+    let seeds = study_seeds(backend);
+    let seeds_arg = seeds.to_string();
     let small = [
         "--device",
         backend,
@@ -243,13 +251,18 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         "8",
         "--eval-multiples",
         "1,2",
+        "--seed",
+        "3",
+        "--seeds",
+        &seeds_arg,
     ];
     let out_arg = ["--out", out.to_str().unwrap()];
     let stdout = stdout_of(EXTRAPOLATION, &[&small[..], &out_arg].concat());
     let report = read_report(&out);
+    assert_eq!(report.settings.seeds, (3..3 + seeds).collect::<Vec<_>>());
     // Every scheme once, and Transformer-XL a second time, read segment by segment with its
-    // memory.
-    let names: Vec<String> = report.results.iter().map(|r| r.label()).collect();
+    // memory: a row of the summary each, and a run per row and seed.
+    let names: Vec<String> = report.summary.iter().map(|r| r.label()).collect();
     let want: Vec<String> = study_schemes(backend)
         .iter()
         .flat_map(|&scheme| match scheme {
@@ -258,6 +271,7 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         })
         .collect();
     assert_eq!(names, want);
+    assert_eq!(report.results.len(), want.len() * seeds as usize);
     for result in &report.results {
         assert_eq!(result.evaluations.len(), 2);
         for evaluation in &result.evaluations {
@@ -273,9 +287,43 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
             }
         }
         assert!(
-            out.join(format!("models/{}.bpk", result.scheme.name()))
-                .exists()
+            out.join(format!(
+                "models/seed{}/{}.bpk",
+                result.seed,
+                result.scheme.name()
+            ))
+            .exists()
         );
+    }
+    // Each cell of the summary is the mean of the seeds' runs, with a spread where there are two.
+    for row in &report.summary {
+        for (index, cell) in row.evaluations.iter().enumerate() {
+            let runs: Vec<f64> = report
+                .results
+                .iter()
+                .filter(|r| r.label() == row.label())
+                .filter_map(|r| r.evaluations[index].accuracy)
+                .collect();
+            match cell.accuracy {
+                Some(accuracy) => {
+                    assert_eq!(runs.len(), seeds as usize);
+                    let mean = runs.iter().sum::<f64>() / runs.len() as f64;
+                    assert!((accuracy.mean - mean).abs() < 1e-12, "{}", row.label());
+                    assert_eq!(accuracy.sd.is_some(), seeds > 1);
+                }
+                None => assert!(runs.is_empty() && cell.unavailable.is_some()),
+            }
+        }
+    }
+    if seeds > 1 {
+        // The seeds draw different rules, data and weights.
+        let differs = report.summary.iter().any(|row| {
+            row.evaluations
+                .iter()
+                .any(|cell| cell.accuracy.and_then(|a| a.sd).is_some_and(|sd| sd > 0.0))
+        });
+        assert!(differs, "every seed gave the same accuracies");
+        assert!(stdout.contains(" +- "), "{stdout}");
     }
     assert!(stdout.contains("past table"), "{stdout}");
     assert!(
@@ -287,10 +335,23 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
     for name in &names {
         assert!(csv.contains(&format!(",{name},")), "{name} missing: {csv}");
     }
+    let runs = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    assert_eq!(runs.lines().count(), 1 + report.results.len() * 2);
     assert!(
         std::fs::read_to_string(out.join("accuracy.svg"))
             .unwrap()
             .contains("alibi")
+    );
+    let decay = std::fs::read_to_string(out.join("decay.svg")).unwrap();
+    let t5 = study_schemes(backend).contains(&"t5");
+    assert_eq!(decay.contains("(e) T5: the trained bias"), t5);
+    assert!(decay.contains("(d) ALiBi") && decay.contains("(b) RoPE"));
+    let columns = std::fs::read_to_string(out.join("decay.csv")).unwrap();
+    assert_eq!(columns.lines().next().unwrap().contains("t5: head 0"), t5);
+    assert!(
+        std::fs::read_to_string(out.join("encoding.svg"))
+            .unwrap()
+            .contains("tensor2tensor")
     );
 
     // Reloading the records reproduces every measurement exactly.
@@ -307,8 +368,13 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         ],
     );
     let again = read_report(&reloaded);
+    assert_eq!(again.results.len(), report.results.len());
     for (trained, loaded) in report.results.iter().zip(&again.results) {
-        let what = format!("{} reloaded", trained.label());
+        let what = format!("{} seed {} reloaded", trained.label(), trained.seed);
+        assert_eq!(
+            (trained.seed, trained.label()),
+            (loaded.seed, loaded.label())
+        );
         assert_same_evaluations(
             &trained.evaluations,
             &loaded.evaluations,
@@ -330,7 +396,7 @@ fn extrapolation_study_trains_saves_and_reloads(backend: &str) {
         );
         let repeated = read_report(&repeat);
         for (first, second) in report.results.iter().zip(&repeated.results) {
-            let what = format!("{} repeated", first.label());
+            let what = format!("{} seed {} repeated", first.label(), first.seed);
             let tolerance = tolerance(backend);
             assert_close(
                 first.final_train_loss,
@@ -353,6 +419,9 @@ fn extrapolation_refuses_bad_flags() {
     let output = run(EXTRAPOLATION, &["--train-len", "2", "--steps", "1"]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("train_len = 2"));
+    let output = run(EXTRAPOLATION, &["--seeds", "0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--seeds 0"));
     // The folder exists, so only the flag conflict can make this fail.
     let folder = scratch("load-conflict");
     let output = run(

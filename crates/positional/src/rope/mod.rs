@@ -482,6 +482,11 @@ impl RotaryAngles {
         }
     }
 
+    /// The device the tables are on.
+    pub(crate) fn device(&self) -> Device {
+        self.cos.device()
+    }
+
     /// Rotates the first `rotary_dim` features of `x`; the rest pass through.
     ///
     /// [`RotaryBackend`] on the backends this crate implements it for, else
