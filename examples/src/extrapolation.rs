@@ -394,3 +394,28 @@ pub fn load_model(
         .try_load_file(&record)
         .with_context(|| format!("reading {}", record.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_name_what_is_wrong() {
+        let device = positional::testing::reference_device().1;
+        StudySettings::default().validate(&device).unwrap();
+        for (seeds, want) in [
+            (vec![], "seeds = []: at least one"),
+            (
+                vec![1, 2, 1],
+                "seeds = [1, 2, 1]: at least one is needed, each once",
+            ),
+        ] {
+            let settings = StudySettings {
+                seeds,
+                ..StudySettings::default()
+            };
+            let error = settings.validate(&device).unwrap_err().to_string();
+            assert!(error.contains(want), "{error}");
+        }
+    }
+}
