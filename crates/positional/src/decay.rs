@@ -80,8 +80,10 @@ impl Xpos {
         let (head_dim, rotary_dim) = (config.head_dim, config.rotary_dim());
         let layout = RopeLayout::Interleaved;
         let queries = pair_rotations(&angles.query, layout, head_dim, rotary_dim, rows)?;
-        let keys = pair_rotations(&angles.key, layout, head_dim, rotary_dim, rows)?;
-        Ok(relative_bound(&queries, &keys[0]))
+        // Only the key at position 0 is needed: its table alone.
+        let key = self.try_angles(0, 1)?.key;
+        let key = pair_rotations(&key, layout, head_dim, rotary_dim, 1)?;
+        Ok(relative_bound(&queries, &key[0]))
     }
 }
 
